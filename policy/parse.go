@@ -1,0 +1,512 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/textproto"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ParseError is one problem in a rule source. Parse joins every problem it
+// finds with errors.Join, so callers can list them with errors.As or by
+// splitting the message on newlines.
+type ParseError struct {
+	Line int    // 1-based line of the problem
+	Rule string // name of the rule, when it was read and valid; else empty
+	// Msg names the part of the rule at fault and what was expected and
+	// found, such as `limit: expected N/window such as 5/15m, got "5/15x"`.
+	Msg string
+}
+
+// Error returns `line N: rule "name": msg`, or `line N: msg` when the
+// rule's name is not known.
+func (e *ParseError) Error() string {
+	if e.Rule != "" {
+		return fmt.Sprintf("line %d: rule %q: %s", e.Line, e.Rule, e.Msg)
+	}
+	return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+}
+
+// Parse parses a policy in sluice's rule language (SPEC section 3):
+//
+//	# name   methods   path         identity   limit   options
+//	login:   POST      /api/login   by ip      5/15m
+//	global:  *         /api/*       by global  1000/1m sliding fail=closed
+//
+// Rules are separated by newlines or ";", "#" starts a comment that runs to
+// the end of the line, and fields are separated by white space. An empty
+// source is a valid policy without rules, and a leading UTF-8 byte order
+// mark is ignored.
+//
+// Parse reports every problem in src, not just the first: the error joins
+// one *ParseError per problem (in source order) with errors.Join, so its
+// message is the problems' messages, one per line. A rule with a problem
+// is never half-accepted: on any error Parse returns a nil Policy.
+//
+// See the field documentation of Rule for what each part becomes and the
+// tests for every message.
+func Parse(src string) (*Policy, error) {
+	p := &parser{names: make(map[string]int)}
+	src = strings.TrimPrefix(src, "\ufeff")
+	for i, line := range strings.Split(src, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		for text := range strings.SplitSeq(line, ";") {
+			if fields := strings.Fields(text); len(fields) > 0 {
+				p.rule(i+1, fields)
+			}
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return newPolicy(p.rules), nil
+}
+
+// parser collects the rules and the problems of one source.
+type parser struct {
+	rules []*Rule
+	errs  []error
+	names map[string]int // line each valid name was first used on
+}
+
+// ruleParser parses one rule, recording its problems in the parser.
+type ruleParser struct {
+	*parser
+	line   int
+	name   string // the rule's name once read and valid
+	failed bool
+}
+
+func (rp *ruleParser) problem(format string, args ...any) {
+	rp.failed = true
+	rp.errs = append(rp.errs, &ParseError{Line: rp.line, Rule: rp.name, Msg: fmt.Sprintf(format, args...)})
+}
+
+// rule parses one rule from its white-space separated fields. It checks
+// the rule's shape first ("name:", two fields, "by", two fields, options);
+// when that is right, it checks every field and reports each problem, but
+// when it is wrong, fields cannot be told apart and only the shape is
+// reported.
+func (p *parser) rule(line int, fields []string) {
+	rp := &ruleParser{parser: p, line: line}
+	r := &Rule{Line: line, Cost: 1}
+
+	name, first, ok := strings.Cut(fields[0], ":")
+	if !ok {
+		rp.problem(`name: expected "name:" at the start of the rule, got %q`, fields[0])
+		return
+	}
+	rest := fields[1:]
+	if first != "" { // "login:POST" with no space after the colon
+		rest = append([]string{first}, rest...)
+	}
+	if !validName(name) {
+		rp.problem("name: expected [a-z0-9-]+, got %q", name)
+	} else {
+		rp.name, r.Name = name, name
+		if prev, dup := p.names[name]; dup {
+			rp.problem("name: expected a unique name, got a duplicate of line %d", prev)
+		} else {
+			p.names[name] = line
+		}
+	}
+
+	by := slices.Index(rest, "by")
+	switch {
+	case by < 0:
+		rp.problem(`syntax: expected "by" before the identity, got %q`, strings.Join(rest, " "))
+		return
+	case by != 2:
+		rp.problem(`syntax: expected methods and path before "by", got %q`, strings.Join(rest[:by], " "))
+		return
+	case len(rest) < by+3:
+		rp.problem(`syntax: expected identity and limit after "by", got %q`, strings.Join(rest[by+1:], " "))
+		return
+	}
+	rp.methods(r, rest[0])
+	rp.path(r, rest[1])
+	rp.identity(r, rest[3])
+	limitOK, windowOK := rp.limit(r, rest[4])
+	rp.options(r, rest[5:], limitOK, windowOK)
+	if !rp.failed {
+		p.rules = append(p.rules, r)
+	}
+}
+
+// validName reports whether s matches [a-z0-9-]+.
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// methods parses "*" or a comma-separated list of methods. Methods are
+// upper-cased; any RFC 9110 token is accepted, so extension methods such
+// as PURGE work.
+func (rp *ruleParser) methods(r *Rule, s string) {
+	if s == "*" {
+		return
+	}
+	list := strings.Split(s, ",")
+	if slices.Contains(list, "") || slices.Contains(list, "*") {
+		rp.problem("methods: expected * or a comma-separated list such as GET,POST, got %q", s)
+		return
+	}
+	methods := make([]string, 0, len(list))
+	for _, m := range list {
+		if !isToken(m) {
+			rp.problem("methods: expected a method name (an RFC 9110 token), got %q", m)
+			continue
+		}
+		m = strings.ToUpper(m)
+		if slices.Contains(methods, m) {
+			rp.problem("methods: expected each method once, got %q twice", m)
+			continue
+		}
+		methods = append(methods, m)
+	}
+	r.Methods = methods
+}
+
+// path parses an exact path or a prefix ending in "/*" and stores it in
+// match form, so that it compares equal to every request path spelled the
+// same way.
+func (rp *ruleParser) path(r *Rule, s string) {
+	if !strings.HasPrefix(s, "/") {
+		rp.problem("path: expected an absolute path such as /api/login or a prefix such as /api/*, got %q", s)
+		return
+	}
+	p := s
+	if strings.HasSuffix(p, "/*") {
+		r.Prefix = true
+		p = p[:len(p)-1] // keep the "/": "/api/" canonicalises like a directory
+	}
+	if strings.Contains(p, "*") {
+		rp.problem(`path: expected "*" only in a final "/*", got %q`, s)
+		return
+	}
+	if strings.Contains(p, "?") {
+		rp.problem("path: expected a path without a query, got %q", s)
+		return
+	}
+	canonical, err := CanonicalPath(p)
+	if err != nil {
+		var pe *PathError
+		errors.As(err, &pe)
+		rp.problem("path: expected a valid path, got %q: %s at byte %d", s, pe.Reason, pe.Offset)
+		return
+	}
+	m := MatchPath(canonical)
+	switch {
+	case strings.Contains(m, "*"):
+		// An encoded "*" would print like a prefix rule.
+		rp.problem(`path: expected "*" only in a final "/*", got %q`, s)
+		return
+	case strings.ContainsFunc(m, func(c rune) bool { return c < 0x20 || c == 0x7f }):
+		// A doubly encoded control character (%2500) decodes to one.
+		rp.problem("path: expected a path without control characters, got %q", s)
+		return
+	}
+	r.Path = m
+}
+
+const (
+	defaultEmailField   = "email"
+	defaultTenantHeader = "X-Tenant-Id" // canonical form of X-Tenant-ID
+)
+
+// identity parses ip, email, email(field), tenant, tenant(Header),
+// header(Name) or global.
+func (rp *ruleParser) identity(r *Rule, s string) {
+	const expected = "identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got %q"
+	kind, arg, hasArg := s, "", false
+	if open := strings.IndexByte(s, '('); open >= 0 {
+		if !strings.HasSuffix(s, ")") {
+			rp.problem(expected, s)
+			return
+		}
+		kind, arg, hasArg = s[:open], s[open+1:len(s)-1], true
+	}
+	switch kind {
+	case "ip", "global":
+		if hasArg {
+			rp.problem("identity: expected %s without an argument, got %q", kind, s)
+			return
+		}
+		r.Identity.Kind = ByIP
+		if kind == "global" {
+			r.Identity.Kind = ByGlobal
+		}
+	case "email":
+		r.Identity = Identity{Kind: ByEmail, Field: defaultEmailField}
+		if hasArg {
+			if !validField(arg) {
+				rp.problem("identity: expected email(field) with a field of [A-Za-z0-9_.-]+, got %q", s)
+				return
+			}
+			r.Identity.Field = arg
+		}
+	case "tenant":
+		r.Identity = Identity{Kind: ByTenant, Field: defaultTenantHeader}
+		if hasArg {
+			if !isToken(arg) {
+				rp.problem("identity: expected tenant(Header-Name) with an RFC 9110 token as the header name, got %q", s)
+				return
+			}
+			r.Identity.Field = textproto.CanonicalMIMEHeaderKey(arg)
+		}
+	case "header":
+		if !hasArg || !isToken(arg) {
+			rp.problem("identity: expected header(Name) with an RFC 9110 token as the header name, got %q", s)
+			return
+		}
+		r.Identity = Identity{Kind: ByHeader, Field: textproto.CanonicalMIMEHeaderKey(arg)}
+	default:
+		rp.problem(expected, s)
+	}
+}
+
+// validField reports whether s matches [A-Za-z0-9_.-]+.
+func validField(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(isUnreserved(c) && c != '~') {
+			return false
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is an RFC 9110 token: one or more tchar.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// limit parses "N/window". It reports whether the count and the window
+// are valid, so that the options that depend on them are only checked
+// against valid values.
+func (rp *ruleParser) limit(r *Rule, s string) (countOK, windowOK bool) {
+	const syntax = "limit: expected N/window such as 5/15m, got %q"
+	count, window, ok := strings.Cut(s, "/")
+	if !ok {
+		rp.problem(syntax, s)
+		return false, false
+	}
+	n, nErr := parseCount(count)
+	w, wErr := parseWindow(window)
+	if nErr == errSyntax || wErr == errSyntax {
+		rp.problem(syntax, s)
+		return false, false
+	}
+	if nErr != nil {
+		rp.problem("limit: expected a count from 1 to %d, got %q", MaxCount, s)
+	}
+	if wErr != nil {
+		rp.problem("limit: expected a window from 1s to %s, got %q", FormatWindow(MaxWindow), s)
+	}
+	r.Limit, r.Window = n, w
+	return nErr == nil, wErr == nil
+}
+
+// options parses the options after the limit, in any order, each at most
+// once, and fills in the defaults of those not given.
+func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
+	seen := make(map[string]bool, len(opts))
+	once := func(key string) bool {
+		if seen[key] {
+			rp.problem("options: expected each option once, got %q twice", key)
+			return false
+		}
+		seen[key] = true
+		return true
+	}
+	var (
+		algo            string // the algorithm option as written, if any
+		algoOK          = true // false after a second algorithm
+		bucket          string // the argument of sliding(...), if any
+		burst, cost     int64
+		burstOK, costOK = true, true
+	)
+	for _, o := range opts {
+		switch {
+		case o == "fixed" || o == "reset" || o == "token" || o == "sliding" || strings.HasPrefix(o, "sliding("):
+			kind := algoKind(o)
+			if algo != "" && algoKind(algo) != kind {
+				rp.problem("options: expected at most one algorithm, got %q and %q", algo, o)
+				algoOK = false
+				continue
+			}
+			if !once(kind) {
+				continue
+			}
+			if kind == "sliding" && o != "sliding" {
+				if !strings.HasSuffix(o, ")") {
+					rp.problem("sliding: expected sliding(bucket) such as sliding(10s), got %q", o)
+					algoOK = false
+					continue
+				}
+				bucket = o[len("sliding(") : len(o)-1]
+			}
+			algo = o
+		case o == "shadow":
+			if once(o) {
+				r.Shadow = true
+			}
+		default:
+			key, val, _ := strings.Cut(o, "=")
+			switch key {
+			case "burst", "cost":
+				n, err := int64(0), errSyntax
+				if strings.HasPrefix(o, key+"=") {
+					n, err = parseCount(val)
+				}
+				if !once(key) {
+					continue
+				}
+				if err != nil {
+					rp.problem("%s: expected %s=N with N from 1 to %d, got %q", key, key, MaxCount, o)
+				}
+				if key == "burst" {
+					burst, burstOK = n, err == nil
+				} else {
+					cost, costOK = n, err == nil
+				}
+			case "fail":
+				if !once(key) {
+					continue
+				}
+				switch o {
+				case "fail=open":
+					r.Fail = FailOpen
+				case "fail=closed":
+					r.Fail = FailClosed
+				case "fail=local":
+					r.Fail = FailLocal
+				default:
+					rp.problem("fail: expected fail=open, fail=closed or fail=local, got %q", o)
+				}
+			case "count":
+				if !once(key) {
+					continue
+				}
+				if o != "count=all" {
+					rp.problem("count: expected count=all, got %q", o)
+				}
+				r.CountAll = true
+			default:
+				rp.problem("options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N or count=all, got %q", o)
+			}
+		}
+	}
+
+	switch algoKind(algo) {
+	case "", "fixed":
+		r.Algorithm = Fixed
+	case "reset":
+		r.Algorithm = Reset
+	case "sliding":
+		r.Algorithm = Sliding
+		rp.bucket(r, algo, bucket, windowOK)
+	case "token":
+		r.Algorithm = Token
+	}
+
+	if seen["burst"] {
+		switch {
+		case r.Algorithm != Token:
+			if algoOK {
+				rp.problem("burst: expected only with token, got algorithm %q", r.Algorithm)
+			}
+		case burstOK && limitOK && windowOK:
+			if most := maxBurst(r.Limit, r.Window); burst > most {
+				rp.problem("burst: expected at most %d so that a full burst refills within %s, got \"burst=%d\"", most, FormatWindow(MaxWindow), burst)
+				burstOK = false
+			}
+		}
+	}
+	if r.Algorithm == Token {
+		r.Burst = r.Limit
+		if seen["burst"] {
+			r.Burst = burst
+		}
+	}
+
+	if seen["cost"] {
+		r.Cost = cost
+		switch {
+		case !costOK:
+		case r.Algorithm == Token:
+			if limitOK && burstOK && cost > r.Burst {
+				rp.problem("cost: expected at most the burst %d, got \"cost=%d\"", r.Burst, cost)
+			}
+		case limitOK && cost > r.Limit:
+			rp.problem("cost: expected at most the limit %d, got \"cost=%d\"", r.Limit, cost)
+		}
+	}
+}
+
+// algoKind returns the algorithm an option names: "sliding" for
+// "sliding(10s)", the option itself otherwise.
+func algoKind(option string) string {
+	if strings.HasPrefix(option, "sliding(") {
+		return "sliding"
+	}
+	return option
+}
+
+// bucket sets the bucket of a sliding rule: the one given in
+// sliding(bucket), which must be from 1s to the window and divide it, or
+// DefaultBucket of the window.
+func (rp *ruleParser) bucket(r *Rule, option, bucket string, windowOK bool) {
+	if bucket == "" && option == "sliding" {
+		if windowOK {
+			r.Bucket = DefaultBucket(r.Window)
+		}
+		return
+	}
+	b, err := parseWindow(bucket)
+	switch {
+	case err == errSyntax:
+		rp.problem("sliding: expected sliding(bucket) such as sliding(10s), got %q", option)
+	case err == errRange && strings.TrimLeft(bucket[:len(bucket)-1], "0") == "":
+		rp.problem("sliding: expected a bucket of at least 1s, got %q", option)
+	case !windowOK:
+	case err == errRange || b > r.Window:
+		rp.problem("sliding: expected a bucket no longer than the window %s, got %q", FormatWindow(r.Window), option)
+	case r.Window%b != 0:
+		rp.problem("sliding: expected a bucket that divides the window %s, got %q", FormatWindow(r.Window), option)
+	default:
+		r.Bucket = b
+	}
+}
+
+// maxBurst is the largest burst a token rule with this limit and window
+// may have: one whose refill, burst times the emission interval
+// max(1µs, window/limit), takes at most MaxWindow. The default burst, the
+// limit, always qualifies.
+func maxBurst(limit int64, window time.Duration) int64 {
+	interval := max(1, int64(window/time.Microsecond)/limit)
+	return min(MaxCount, int64(MaxWindow/time.Microsecond)/interval)
+}

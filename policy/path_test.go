@@ -1,0 +1,235 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCanonicalPath(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{"/", "/"},
+		{"/api/login", "/api/login"},
+		{"/API/Login", "/API/Login"}, // case is the upstream's business
+		{"/a/%7e/b", "/a/~/b"},
+		{"/a/%7E/b", "/a/~/b"},
+		{"/api/%6Cogin", "/api/login"},
+		{"/%41%42%63%2D%2e%5F%7E%30", "/ABc-._~0"},
+		{"/a/%2f", "/a/%2F"},
+		{"/a/%2F", "/a/%2F"},
+		{"/a%3bb", "/a%3Bb"},
+		{"/caf%c3%a9", "/caf%C3%A9"},
+		{"/a%25", "/a%25"},
+		{"/a%2525", "/a%2525"},
+		{"//a///b//", "/a/b/"},
+		{"//", "/"},
+		{"/api/login/", "/api/login/"},
+		{"/a/./b/../c", "/a/c"},
+		{"/a/b/..", "/a/"},
+		{"/a/b/.", "/a/b/"},
+		{"/a/b/./", "/a/b/"},
+		{"/.", "/"},
+		{"/..", "/"},
+		{"/../../a", "/a"},
+		{"/a/../..//../b", "/b"},
+		{"/%2e%2E/a", "/a"},
+		{"/.%2e/a", "/a"},
+		{"/api/%2e%2e/api/login", "/api/login"},
+		{"/a/%2e%2e%2fb", "/a/..%2Fb"}, // one segment: only MatchPath decodes %2F
+		{"/a/...", "/a/..."},
+		{"/a/.b/..c", "/a/.b/..c"},
+		{"/a;b=c/d", "/a;b=c/d"},
+		{"/a/..;/b", "/a/..;/b"}, // "..;" is no dot segment here; MatchPath strips the ";"
+		{"/!$&'()*+,;=:@-._~", "/!$&'()*+,;=:@-._~"},
+		// Raw bytes that a path may not hold are encoded, not refused.
+		{"/a b", "/a%20b"},
+		{`/a\b`, "/a%5Cb"},
+		{"/caf\xc3\xa9", "/caf%C3%A9"},
+		{"/\xff", "/%FF"},
+		{"/a[0]", "/a%5B0%5D"},
+		{`/a"<>^{|}` + "`", "/a%22%3C%3E%5E%7B%7C%7D%60"},
+		{"/a?b#c", "/a%3Fb%23c"},
+	}
+	for _, tt := range tests {
+		got, err := CanonicalPath(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("CanonicalPath(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			continue
+		}
+		if again, err := CanonicalPath(got); again != got || err != nil {
+			t.Errorf("CanonicalPath(%q) = %q, %v; not idempotent", got, again, err)
+		}
+	}
+}
+
+func TestCanonicalPathErrors(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{"", `invalid path: expected "/" at byte 0`},
+		{"api/login", `invalid path: expected "/" at byte 0`},
+		{"*", `invalid path: expected "/" at byte 0`},
+		{"http://example.com/", `invalid path: expected "/" at byte 0`},
+		{"/%", "invalid path: malformed percent-escape at byte 1"},
+		{"/a%4", "invalid path: malformed percent-escape at byte 2"},
+		{"/a/%zz", "invalid path: malformed percent-escape at byte 3"},
+		{"/a/%4g", "invalid path: malformed percent-escape at byte 3"},
+		{"/a/%%41", "invalid path: malformed percent-escape at byte 3"},
+		{"/a%00", "invalid path: encoded control character at byte 2"},
+		{"/a%0d%0aX-Injected:%20x", "invalid path: encoded control character at byte 2"},
+		{"/a%1F", "invalid path: encoded control character at byte 2"},
+		{"/a%7f", "invalid path: encoded control character at byte 2"},
+		{"/a\x00", "invalid path: control character at byte 2"},
+		{"/a\nb", "invalid path: control character at byte 2"},
+		{"/a\tb", "invalid path: control character at byte 2"},
+		{"/a\x7f", "invalid path: control character at byte 2"},
+	}
+	for _, tt := range tests {
+		got, err := CanonicalPath(tt.in)
+		if err == nil {
+			t.Errorf("CanonicalPath(%q) = %q, want error %q", tt.in, got, tt.want)
+			continue
+		}
+		if err.Error() != tt.want {
+			t.Errorf("CanonicalPath(%q) error %q, want %q", tt.in, err, tt.want)
+		}
+		if !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("CanonicalPath(%q) error %v is not ErrInvalidPath", tt.in, err)
+		}
+		var pe *PathError
+		if !errors.As(err, &pe) {
+			t.Errorf("CanonicalPath(%q) error %T is not a *PathError", tt.in, err)
+		}
+	}
+}
+
+func TestMatchPath(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{"/", "/"},
+		{"", "/"},
+		{"/api/login", "/api/login"},
+		{"/API/Login/", "/api/login"},
+		{"/a%2Fb", "/a/b"},
+		{"/a%252Fb", "/a/b"},               // decoded twice
+		{"/a%25252Fb", "/a/b"},             // and more
+		{"/a%2541", "/aa"},                 // "%25" "41" is "%41" is "A"
+		{"/a%25%34%31", "/aa"},             // the escape can be completed by decoded bytes
+		{"/a%25", "/a%"},                   // a lone "%" stays
+		{"/a%25zz", "/a%zz"},               // so does a malformed escape
+		{"/a%5Cb", "/a/b"},                 // encoded backslash
+		{`/a\b\\c`, "/a/b/c"},              // raw backslash (not canonical, but handled)
+		{"/a;x/b;y=1;z", "/a/b"},           // parameters of every segment
+		{"/a/..;/b", "/b"},                 // Tomcat's "..;"
+		{"/a/%3B/b", "/a/b"},               // an encoded ";" as well
+		{"/a/..%2Fb", "/b"},                // dot segments again after decoding
+		{"/%2E%2E%2F%2E%2E%2Fetc", "/etc"}, // never above the root
+		{"/a/b/..", "/a"},
+		{"/a/b/c/", "/a/b/c"},
+		{"/caf%C3%89", "/café"},
+		{"/%E2%84%AA", "/k"}, // KELVIN SIGN lower-cases to "k"
+		{"/\xff", "/\uFFFD"}, // invalid UTF-8, as strings.ToLower
+		{"/a%3Fb%23c", "/a?b#c"},
+		{"api", "/api"},
+	}
+	for _, tt := range tests {
+		got := MatchPath(tt.in)
+		if got != tt.want {
+			t.Errorf("MatchPath(%q) = %q, want %q", tt.in, got, tt.want)
+			continue
+		}
+		if again := MatchPath(got); again != got {
+			t.Errorf("MatchPath(%q) = %q; not idempotent", got, again)
+		}
+	}
+}
+
+// TestPathSpellings checks that every spelling of a path that an upstream
+// may treat as /api/login is matched as /api/login, by the rule written in
+// either of two spellings, and that other paths are not.
+func TestPathSpellings(t *testing.T) {
+	p, err := Parse("plain: POST /api/login by ip 5/15m\nodd: POST /API//Login/ by ip 5/15m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := []string{
+		"/api/login",
+		"/API/Login",
+		"/api//login",
+		"/api/./login",
+		"/api/x/../login",
+		"/api/%6Cogin",
+		"/api/%6cOGIN",
+		"/api/login/",
+		"/api/login;a=b",
+		"/api/login;a=b/",
+		"/api%2Flogin",
+		"/api%2flogin",
+		"/api%252Flogin",
+		"/api/%2e%2e/api/login",
+		"/api/%2E/login",
+		"//api/login",
+		"/../api/login",
+		`/api\login`,
+		"/api%5Clogin",
+		"/api/x/..%2Flogin",
+		"/api;x/login",
+	}
+	for _, s := range same {
+		c, err := CanonicalPath(s)
+		if err != nil {
+			t.Errorf("CanonicalPath(%q): %v", s, err)
+			continue
+		}
+		m := MatchPath(c)
+		if m != "/api/login" {
+			t.Errorf("MatchPath(CanonicalPath(%q)) = %q, want /api/login", s, m)
+		}
+		if got := p.Match("POST", m, nil); len(got) != 2 {
+			t.Errorf("%q matched %d rules, want 2", s, len(got))
+		}
+	}
+	different := []string{"/api/loginx", "/api/login2", "/api/log", "/apilogin", "/api/login/x", "/api/login%2Fx", "/login", "/api", "/api/logi%6E%6E"}
+	for _, s := range different {
+		c, err := CanonicalPath(s)
+		if err != nil {
+			t.Errorf("CanonicalPath(%q): %v", s, err)
+			continue
+		}
+		if m := MatchPath(c); m == "/api/login" {
+			t.Errorf("MatchPath(CanonicalPath(%q)) = %q, want another path", s, m)
+		}
+		if got := p.Match("POST", MatchPath(c), nil); len(got) != 0 {
+			t.Errorf("%q matched %d rules, want none", s, len(got))
+		}
+	}
+}
+
+func TestPathAllocations(t *testing.T) {
+	canonical := "/api/v1/users/42/orders;v=2/%2F/~x"
+	if got, err := CanonicalPath(canonical); got != canonical || err != nil {
+		t.Fatalf("CanonicalPath(%q) = %q, %v; want it unchanged", canonical, got, err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = CanonicalPath(canonical) }); n != 0 {
+		t.Errorf("CanonicalPath of a canonical path: %v allocations, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = CanonicalPath("/API//v1/./%7Eusers/") }); n != 1 {
+		t.Errorf("CanonicalPath of a short path: %v allocations, want 1", n)
+	}
+	match := "/api/v1/users/42/orders"
+	if n := testing.AllocsPerRun(100, func() { _ = MatchPath(match) }); n != 0 {
+		t.Errorf("MatchPath of a match-form path: %v allocations, want 0", n)
+	}
+	// Long paths work the same, past the stack buffers.
+	long := "/" + strings.Repeat("Abc%2F/", 200)
+	c, err := CanonicalPath(long)
+	if err != nil || c != long {
+		t.Errorf("CanonicalPath(long) = %q, %v", c, err)
+	}
+	if m, want := MatchPath(c), "/"+strings.TrimSuffix(strings.Repeat("abc/", 200), "/"); m != want {
+		t.Errorf("MatchPath(long) = %q, want %q", m, want)
+	}
+}

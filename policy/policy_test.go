@@ -1,0 +1,212 @@
+package policy
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const matchRules = `
+login:   POST       /api/login     by ip      5/15m
+items:   GET,PUT    /api/items     by ip      10/1m
+below:   GET        /api/items/*   by ip      10/1m
+api:     *          /api/*         by global  1000/1m
+root:    *          /*             by global  5000/1m
+purge:   PURGE      /cache/*       by ip      1/1s
+`
+
+func names(rules []*Rule) []string {
+	var out []string
+	for _, r := range rules {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func TestMatch(t *testing.T) {
+	p, err := Parse(matchRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		method, path string
+		want         []string
+	}{
+		{"POST", "/api/login", []string{"login", "api", "root"}},
+		{"GET", "/api/login", []string{"api", "root"}},
+		{"post", "/api/login", []string{"api", "root"}}, // methods are case-sensitive
+		{"GET", "/api/items", []string{"items", "below", "api", "root"}},
+		{"PUT", "/api/items", []string{"items", "api", "root"}},
+		{"HEAD", "/api/items", []string{"items", "below", "api", "root"}}, // GET rules cover HEAD
+		{"DELETE", "/api/items", []string{"api", "root"}},
+		{"GET", "/api/items/1", []string{"below", "api", "root"}},
+		{"GET", "/api/items/1/2", []string{"below", "api", "root"}},
+		{"GET", "/api/items/", []string{"below", "api", "root"}}, // not match form: exact rules miss it
+		{"GET", "/api/itemsx", []string{"api", "root"}},
+		{"GET", "/api", []string{"api", "root"}},
+		{"GET", "/api/", []string{"api", "root"}},
+		{"GET", "/apix", []string{"root"}},
+		{"GET", "/ap", []string{"root"}},
+		{"GET", "/", []string{"root"}},
+		{"PURGE", "/cache", []string{"root", "purge"}}, // source order
+		{"PURGE", "/cache/x", []string{"root", "purge"}},
+		{"PURGE", "/cachex", []string{"root"}},
+		{"GET", "/cache/x", []string{"root"}},
+	}
+	for _, tt := range tests {
+		got := names(p.Match(tt.method, tt.path, nil))
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Match(%q, %q) = %v, want %v", tt.method, tt.path, got, tt.want)
+		}
+	}
+
+	// Match appends to dst.
+	dst := p.Match("GET", "/api/items/1", p.Rules()[:1])
+	if got, want := names(dst), []string{"login", "below", "api", "root"}; !slices.Equal(got, want) {
+		t.Errorf("Match appended to %v, want %v", got, want)
+	}
+
+	// An exact root rule matches only the root.
+	exact, err := Parse("r: * / by ip 1/1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{"/": 1, "/a": 0} {
+		if got := len(exact.Match("GET", path, nil)); got != want {
+			t.Errorf("exact root rule: Match(%q) found %d rules, want %d", path, got, want)
+		}
+	}
+}
+
+func TestMatchAllocations(t *testing.T) {
+	p, err := Parse(matchRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]*Rule, 0, p.Len())
+	n := testing.AllocsPerRun(100, func() {
+		dst = p.Match("GET", "/api/items/1", dst[:0])
+	})
+	if n != 0 {
+		t.Errorf("Match with room in dst: %v allocations, want 0", n)
+	}
+	if len(dst) != 3 {
+		t.Errorf("Match found %d rules, want 3", len(dst))
+	}
+}
+
+func TestPolicyAccessors(t *testing.T) {
+	p, err := Parse(matchRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(p.Rules()), []string{"login", "items", "below", "api", "root", "purge"}; !slices.Equal(got, want) {
+		t.Errorf("Rules() = %v, want %v", got, want)
+	}
+	if p.Len() != 6 {
+		t.Errorf("Len() = %d, want 6", p.Len())
+	}
+	// The slice Rules returns is the caller's.
+	rules := p.Rules()
+	rules[0] = nil
+	if p.Rules()[0] == nil {
+		t.Error("changing the slice Rules returned changed the policy")
+	}
+	if r, ok := p.Lookup("api"); !ok || r.Name != "api" || r.Line != 5 {
+		t.Errorf("Lookup(api) = %+v, %v", r, ok)
+	}
+	if r, ok := p.Lookup("nope"); ok || r != nil {
+		t.Errorf("Lookup(nope) = %+v, %v", r, ok)
+	}
+
+	// A nil policy and an empty one have no rules.
+	for _, q := range []*Policy{nil, mustParse(t, "")} {
+		if q.Len() != 0 || q.Rules() != nil || len(q.Match("GET", "/", nil)) != 0 {
+			t.Errorf("%#v has rules", q)
+		}
+		if _, ok := q.Lookup("x"); ok {
+			t.Errorf("%#v has rule x", q)
+		}
+		if got, want := q.String(), "NAME  METHODS  PATH  IDENTITY  LIMIT  ALGORITHM  OPTIONS\n"; got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}
+
+func mustParse(t *testing.T, src string) *Policy {
+	t.Helper()
+	p, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestWriteTable(t *testing.T) {
+	p := mustParse(t, specExample+"keys: get,HEAD /V1/* by header(x-api-key) 10/1s token burst=20 cost=2 shadow count=all\n"+
+		"who: POST /who by email(login) 1/90s reset fail=local; org: * /org by tenant(X-Org) 1/1s")
+	want := `NAME      METHODS   PATH                 IDENTITY           LIMIT    ALGORITHM    OPTIONS
+login     POST      /api/login           ip                 5/15m    fixed        -
+register  POST      /api/register        ip                 3/1h     fixed        -
+reset     POST      /api/password-reset  email              3/1h     sliding(1m)  -
+reset-ip  POST      /api/password-reset  ip                 5/1m     fixed        -
+send      *         /api/send-email      tenant             100/1h   fixed        -
+query     GET,POST  /api/query           tenant             1000/1d  fixed        -
+global    *         /api/*               global             1000/1m  sliding(1s)  fail=closed
+keys      GET,HEAD  /v1/*                header(X-Api-Key)  10/1s    token        burst=20 shadow cost=2 count=all
+who       POST      /who                 email(login)       1/90s    reset        fail=local
+org       *         /org                 tenant(X-Org)      1/1s     fixed        -
+`
+	var b strings.Builder
+	if err := p.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != want {
+		t.Errorf("WriteTable:\n%s\nwant:\n%s", b.String(), want)
+	}
+	if p.String() != want {
+		t.Errorf("String:\n%s\nwant:\n%s", p.String(), want)
+	}
+
+	errBroken := errors.New("broken")
+	if err := p.WriteTable(failingWriter{errBroken}); !errors.Is(err, errBroken) {
+		t.Errorf("WriteTable to a failing writer: %v, want %v", err, errBroken)
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+func TestRuleSpec(t *testing.T) {
+	p := mustParse(t, "a: * /a by ip 5/900s; b: * /a by ip 1000/1440m; c: * /a by ip 7/90s")
+	for i, want := range []string{"5/15m", "1000/1d", "7/90s"} {
+		if got := p.Rules()[i].Spec(); got != want {
+			t.Errorf("Spec() = %q, want %q", got, want)
+		}
+	}
+}
+
+// TestConcurrentUse runs readers of one policy at once; with -race it
+// checks that a Policy is safe for simultaneous use.
+func TestConcurrentUse(t *testing.T) {
+	p := mustParse(t, matchRules)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			dst := make([]*Rule, 0, 8)
+			for range 200 {
+				dst = p.Match("GET", "/api/items/1", dst[:0])
+				if len(dst) != 3 {
+					t.Errorf("Match found %d rules, want 3", len(dst))
+					return
+				}
+				_ = p.String()
+				_, _ = p.Lookup("api")
+			}
+		})
+	}
+	wg.Wait()
+}

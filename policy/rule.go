@@ -1,0 +1,133 @@
+// Package policy is sluice's rule language: parsing rules, canonicalising
+// request paths and matching requests to the rules that apply to them.
+//
+// A Policy is immutable once parsed and safe for simultaneous use by
+// multiple goroutines.
+package policy
+
+import "time"
+
+// Algorithm is the counting algorithm of a rule.
+type Algorithm uint8
+
+const (
+	// Fixed counts in windows aligned to the Unix epoch.
+	Fixed Algorithm = iota
+	// Sliding counts in buckets over the last window.
+	Sliding
+	// Reset counts in one window per key that starts at the first request
+	// after the previous one expired.
+	Reset
+	// Token is a token bucket (GCRA): Burst tokens, refilled at Limit per
+	// Window.
+	Token
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case Fixed:
+		return "fixed"
+	case Sliding:
+		return "sliding"
+	case Reset:
+		return "reset"
+	case Token:
+		return "token"
+	}
+	return "unknown"
+}
+
+// FailMode says what a rule does when the store cannot decide in time.
+type FailMode uint8
+
+const (
+	// FailDefault defers to the gateway-wide SLUICE_FAIL_MODE.
+	FailDefault FailMode = iota
+	// FailOpen lets the request through.
+	FailOpen
+	// FailClosed answers 503.
+	FailClosed
+	// FailLocal decides with a per-instance in-memory limiter.
+	FailLocal
+)
+
+func (f FailMode) String() string {
+	switch f {
+	case FailDefault:
+		return "default"
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "unknown"
+}
+
+// IdentityKind is what a rule counts by.
+type IdentityKind uint8
+
+const (
+	// ByIP counts by the client IP, IPv6 grouped by /64 ("by ip").
+	ByIP IdentityKind = iota
+	// ByEmail counts by the canonical email in the body or query field
+	// Identity.Field ("by email", "by email(field)").
+	ByEmail
+	// ByTenant counts by the value of the header Identity.Field ("by
+	// tenant", "by tenant(Header-Name)").
+	ByTenant
+	// ByHeader counts by the value of the header Identity.Field ("by
+	// header(Name)").
+	ByHeader
+	// ByGlobal counts every request under one key ("by global").
+	ByGlobal
+)
+
+func (k IdentityKind) String() string {
+	switch k {
+	case ByIP:
+		return "ip"
+	case ByEmail:
+		return "email"
+	case ByTenant:
+		return "tenant"
+	case ByHeader:
+		return "header"
+	case ByGlobal:
+		return "global"
+	}
+	return "unknown"
+}
+
+// Identity names the identifier a rule counts by.
+type Identity struct {
+	Kind IdentityKind
+	// Field is the body or query field for ByEmail (default "email") and
+	// the canonical header name for ByTenant (default "X-Tenant-Id") and
+	// ByHeader. It is empty for ByIP and ByGlobal.
+	Field string
+}
+
+// Rule is one parsed rule. Rules are shared, read-only values.
+type Rule struct {
+	Name string
+	Line int // 1-based line of the rule in its source
+	// Methods holds upper-case method names; nil matches every method.
+	Methods []string
+	// Path is the rule's path in match form (see MatchPath), without the
+	// trailing "/*" of a prefix rule.
+	Path   string
+	Prefix bool // the rule's path ended in "/*"
+
+	Identity  Identity
+	Limit     int64
+	Window    time.Duration
+	Algorithm Algorithm
+	Bucket    time.Duration // Sliding only: bucket width, divides Window
+	Burst     int64         // Token only: bucket capacity
+	Fail      FailMode
+	Shadow    bool
+	Cost      int64 // tokens one request consumes, at least 1
+	CountAll  bool  // denied requests are counted too
+}
