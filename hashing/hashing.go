@@ -1,0 +1,82 @@
+// Package hashing turns raw identifiers (client IPs, emails, tenant ids,
+// header values) into the opaque keys that sluice counts by.
+//
+// A raw identifier never leaves the request that carried it: the proxy
+// canonicalises it (IPGroup, CanonicalEmail), then Hasher.Key turns it into a
+// keyed HMAC-SHA256 that is the only form stored, logged or exported as a
+// metric. Every gateway instance must share the key so that they count the
+// same client under the same key.
+package hashing
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"hash"
+	"sync"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// KeyLen is the length of every key returned by Hasher.Key: a 32-byte
+// HMAC-SHA256 in unpadded base64url.
+const KeyLen = 43
+
+// Hasher computes keyed hashes of identifiers. It is safe for simultaneous
+// use by multiple goroutines. The zero value is not usable; call New.
+type Hasher struct {
+	// pool holds *hasherState values. hmac.New precomputes the inner and
+	// outer keyed SHA-256 states, and Reset returns to them, so a pooled
+	// state costs no key schedule per call.
+	pool sync.Pool
+}
+
+// hasherState is one goroutine's scratch space for Key.
+type hasherState struct {
+	mac hash.Hash
+	msg []byte // kind name, 0, value; reused to avoid a per-call conversion
+	sum [sha256.Size]byte
+	out [KeyLen]byte
+}
+
+// New returns a Hasher keyed with key. The key is copied. It returns an
+// error when key is empty, since an unkeyed hash of a small identifier
+// space such as IPv4 addresses is trivially reversible.
+func New(key []byte) (*Hasher, error) {
+	if len(key) == 0 {
+		return nil, errors.New("hashing: empty key")
+	}
+	k := append([]byte(nil), key...)
+	h := &Hasher{}
+	h.pool.New = func() any {
+		return &hasherState{mac: hmac.New(sha256.New, k), msg: make([]byte, 0, 128)}
+	}
+	return h, nil
+}
+
+// Key returns the HMAC-SHA256, under the Hasher's key, of kind's name, a
+// zero byte and value, as 43 characters of unpadded base64url.
+//
+// The kind's name separates domains, so the same value counted by two
+// identity kinds (a tenant id that looks like an email, say) gives two
+// unrelated keys; kind names contain no zero byte, so the message is an
+// unambiguous encoding of the pair. Callers canonicalise value first (see
+// IPGroup and CanonicalEmail): Key hashes bytes as given.
+func (h *Hasher) Key(kind policy.IdentityKind, value string) string {
+	st := h.pool.Get().(*hasherState)
+	st.mac.Reset()
+	st.msg = append(st.msg[:0], kind.String()...)
+	st.msg = append(st.msg, 0)
+	st.msg = append(st.msg, value...)
+	st.mac.Write(st.msg)
+	sum := st.mac.Sum(st.sum[:0])
+	base64.RawURLEncoding.Encode(st.out[:], sum)
+	key := string(st.out[:])
+	// Do not let one huge value pin a large buffer in the pool forever.
+	if cap(st.msg) > 4096 {
+		st.msg = make([]byte, 0, 128)
+	}
+	h.pool.Put(st)
+	return key
+}

@@ -1,0 +1,256 @@
+package hashing
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+func TestNewRejectsEmptyKey(t *testing.T) {
+	for _, key := range [][]byte{nil, {}} {
+		if h, err := New(key); err == nil || h != nil {
+			t.Errorf("New(%v) = %v, %v; want nil, error", key, h, err)
+		}
+	}
+}
+
+func TestKeyMatchesReferenceHMAC(t *testing.T) {
+	key := []byte("test-key")
+	h, err := New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		kind  policy.IdentityKind
+		value string
+	}{
+		{policy.ByIP, "192.0.2.1"},
+		{policy.ByIP, "2001:db8::/64"},
+		{policy.ByEmail, "victim@example.com"},
+		{policy.ByTenant, "acme"},
+		{policy.ByHeader, ""},
+		{policy.ByGlobal, ""},
+		{policy.ByEmail, strings.Repeat("x", 10000)},
+	}
+	for _, tt := range tests {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(tt.kind.String() + "\x00" + tt.value))
+		want := base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+		// Twice, so that a pooled state that was not reset would show.
+		for i := 0; i < 2; i++ {
+			got := h.Key(tt.kind, tt.value)
+			if got != want {
+				t.Errorf("Key(%v, %.20q) = %q, want %q", tt.kind, tt.value, got, want)
+			}
+			if len(got) != KeyLen {
+				t.Errorf("len(Key) = %d, want %d", len(got), KeyLen)
+			}
+		}
+	}
+}
+
+func TestKeySeparatesDomainsAndKeys(t *testing.T) {
+	h1, _ := New([]byte("key-one"))
+	h2, _ := New([]byte("key-two"))
+	seen := map[string]string{}
+	add := func(name, k string) {
+		t.Helper()
+		if prev, ok := seen[k]; ok {
+			t.Errorf("%s collides with %s", name, prev)
+		}
+		seen[k] = name
+	}
+	for _, kind := range []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader, policy.ByGlobal} {
+		add("h1 "+kind.String(), h1.Key(kind, "acme"))
+		add("h2 "+kind.String(), h2.Key(kind, "acme"))
+	}
+	// The separator makes ("email", "x") and a kind/value split elsewhere
+	// distinct even when the concatenations would otherwise agree.
+	add("tenant/emailx", h1.Key(policy.ByTenant, "emailx"))
+}
+
+func TestKeyConcurrent(t *testing.T) {
+	h, _ := New([]byte("k"))
+	want := h.Key(policy.ByEmail, "a@example.com")
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				if got := h.Key(policy.ByEmail, "a@example.com"); got != want {
+					t.Errorf("concurrent Key = %q, want %q", got, want)
+					return
+				}
+				h.Key(policy.ByIP, strings.Repeat("y", i))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestIPGroup(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"192.0.2.1", "192.0.2.1"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+		{"0.0.0.0", "0.0.0.0"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", "2001:db8:1:3::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+		{"::1", "::/64"},
+		{"::", "::/64"},
+	}
+	for _, tt := range tests {
+		got := IPGroup(netip.MustParseAddr(tt.in))
+		if got != tt.want {
+			t.Errorf("IPGroup(%s) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if got := IPGroup(netip.Addr{}); got != "" {
+		t.Errorf("IPGroup(zero) = %q, want empty", got)
+	}
+}
+
+func TestIPGroupSameSlash64(t *testing.T) {
+	base := netip.MustParseAddr("2001:db8:aa:bb::").As16()
+	want := IPGroup(netip.AddrFrom16(base))
+	for i := 0; i < 256; i++ {
+		a := base
+		for j := 8; j < 16; j++ {
+			a[j] = byte(i * (j + 7))
+		}
+		if got := IPGroup(netip.AddrFrom16(a)); got != want {
+			t.Fatalf("IPGroup(%v) = %q, want %q", netip.AddrFrom16(a), got, want)
+		}
+	}
+	other := base
+	other[7] ^= 1
+	if IPGroup(netip.AddrFrom16(other)) == want {
+		t.Errorf("neighbouring /64 %v shares group %q", netip.AddrFrom16(other), want)
+	}
+}
+
+func TestCanonicalEmail(t *testing.T) {
+	const victim = "victim@example.com"
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"Victim@Example.com", victim},
+		{" victim@example.com ", victim},
+		{"ｖｉｃｔｉｍ＠ｅｘａｍｐｌｅ．ｃｏｍ", victim},
+		{"ＶＩＣＴＩＭ＠ＥＸＡＭＰＬＥ．ＣＯＭ", victim},
+		{"VICTIM@EXAMPLE.COM", victim},
+		{"\u00a0victim@example.com\t", victim},
+		{"\t\u00a0 Victim@Example.com\u00a0\n", victim},
+		{"\u3000victim@example.com\u2003", victim},
+		{"\u200a\u00a0ＶICTIM@example.com\u0085", victim},
+		{"victim@example.com", victim},
+		// Aliases the upstream may keep apart are kept apart.
+		{"Victim+promo@Example.com", "victim+promo@example.com"},
+		{"v.i.c.t.i.m@gmail.com", "v.i.c.t.i.m@gmail.com"},
+		// Inner whitespace is not ours to remove.
+		{"vic tim@example.com", "vic tim@example.com"},
+		// Kelvin sign and long s: NFKC / lower-casing fold them.
+		{"\u212Aate@example.com", "kate@example.com"},
+		{"ſam@example.com", "sam@example.com"}, // long s has a compatibility mapping to s
+		{"ÉLODIE@example.com", "élodie@example.com"},
+		{"E\u0301lodie@example.com", "élodie@example.com"}, // decomposed → composed
+		{"\u00b4x@example.com", "\u0301x@example.com"},     // NFKC yields a leading space, then trimmed
+		{"", ""},
+		{" \t ", ""},
+		{"\u00a0\u3000", ""},
+		{"a\xffb", "a\ufffdb"},
+	}
+	for _, tt := range tests {
+		got := CanonicalEmail(tt.in)
+		if got != tt.want {
+			t.Errorf("CanonicalEmail(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if again := CanonicalEmail(got); again != got {
+			t.Errorf("CanonicalEmail not stable on %q: %q then %q", tt.in, got, again)
+		}
+	}
+}
+
+func FuzzCanonicalEmail(f *testing.F) {
+	for _, s := range []string{
+		"Victim@Example.com", " victim@example.com ", "ｖｉｃｔｉｍ＠ｅｘａｍｐｌｅ．ｃｏｍ",
+		"\u00a0victim@example.com\t", "\u00b4x", "x\u00a8", "\u212A", "ſ", "İstanbul@example.com",
+		"ß@example.com", "\u1e9e", "\ufb03", "a\xff", "\u0345\u0399", "\u3000", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c := CanonicalEmail(s)
+		if c2 := CanonicalEmail(c); c2 != c {
+			t.Fatalf("not stable: %q -> %q -> %q", s, c, c2)
+		}
+		if strings.TrimSpace(c) != c {
+			t.Fatalf("%q -> %q has surrounding whitespace", s, c)
+		}
+		if c != strings.ToValidUTF8(c, "\ufffd") {
+			t.Fatalf("%q -> %q is not valid UTF-8", s, c)
+		}
+	})
+}
+
+func BenchmarkKey(b *testing.B) {
+	h, _ := New([]byte("0123456789abcdef0123456789abcdef"))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = h.Key(policy.ByEmail, "victim@example.com")
+		}
+	})
+}
+
+func BenchmarkIPGroup(b *testing.B) {
+	v4 := netip.MustParseAddr("192.0.2.1")
+	v6 := netip.MustParseAddr("2001:db8:1:2:3:4:5:6")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = IPGroup(v4)
+		_ = IPGroup(v6)
+	}
+}
+
+func BenchmarkCanonicalEmail(b *testing.B) {
+	for _, in := range []string{" Victim@Example.com ", "ｖｉｃｔｉｍ＠ｅｘａｍｐｌｅ．ｃｏｍ"} {
+		b.Run(in, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = CanonicalEmail(in)
+			}
+		})
+	}
+}
+
+// TestCanonicalEmailStableEveryRune checks stability exhaustively for every
+// code point alone and between letters, where the fuzzer would only sample.
+func TestCanonicalEmailStableEveryRune(t *testing.T) {
+	if testing.Short() {
+		t.Skip("exhaustive")
+	}
+	for r := rune(0); r <= 0x10FFFF; r++ {
+		if r >= 0xD800 && r <= 0xDFFF {
+			continue
+		}
+		for _, s := range []string{string(r), " " + string(r) + "A", "A" + string(r) + " "} {
+			c := CanonicalEmail(s)
+			if c2 := CanonicalEmail(c); c2 != c {
+				t.Fatalf("not stable for %U in %q: %q then %q", r, s, c, c2)
+			}
+		}
+	}
+}
