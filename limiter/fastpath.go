@@ -1,0 +1,107 @@
+package limiter
+
+import (
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// fastPath is the over-limit cache: it remembers checks that the store
+// denied until the instant a retry would be allowed, so that repeat
+// offenders are answered without a store round trip. It is safe for
+// simultaneous use by multiple goroutines.
+//
+// Deadlines are on the local clock. A denial is remembered from the local
+// instant taken before the store was asked plus the store's RetryAfter:
+// the store decided no earlier than that instant, so the cache never
+// outlives the store's own verdict (up to clock rate differences).
+type fastPath struct {
+	cache *lru.Cache[cacheKey, overLimit]
+}
+
+type cacheKey struct {
+	rule, key string
+}
+
+// overLimit is one remembered denial: until when, and the limit and
+// window the store applied (which may be a key's override).
+type overLimit struct {
+	until  time.Time
+	limit  int64
+	window time.Duration
+}
+
+func newFastPath(size int) (*fastPath, error) {
+	c, err := lru.New[cacheKey, overLimit](size)
+	if err != nil {
+		return nil, err
+	}
+	return &fastPath{cache: c}, nil
+}
+
+// deny reports whether the request made of checks can be denied at now
+// from the cache alone, the analogue of envoy's
+// IsOverLimitWithLocalCache. It can when some non-shadow check is
+// remembered as over its limit and not yet expired, and no check has
+// count=all (a denied request must still be counted by those rules, which
+// only the store can do).
+//
+// On a hit, it fills results and sources: a remembered check gets
+// Allowed=false, Remaining 0 and its deadline as Reset, with RetryAfter and
+// ResetAfter the time left until it (SourceFastPath); every other check is
+// SourceNotEvaluated with only Limit and Window set. It returns the longest
+// RetryAfter among the remembered checks. Without a hit, results and
+// sources hold nothing meaningful. Expired entries it meets are removed.
+func (f *fastPath) deny(checks []Check, now time.Time, results []Result, sources []Source) (hit bool, wait time.Duration) {
+	for _, c := range checks {
+		if c.Rule.CountAll {
+			return false, 0
+		}
+	}
+	for i, c := range checks {
+		results[i] = Result{Limit: c.Rule.Limit, Window: c.Rule.Window}
+		sources[i] = SourceNotEvaluated
+		if c.Rule.Shadow {
+			continue
+		}
+		k := cacheKey{c.Rule.Name, c.Key}
+		e, ok := f.cache.Peek(k)
+		if !ok {
+			continue
+		}
+		if !now.Before(e.until) {
+			// Expired: absent. A concurrent Add of a fresh entry for the
+			// same key may be removed too, which only costs a store call.
+			f.cache.Remove(k)
+			continue
+		}
+		left := e.until.Sub(now)
+		results[i] = Result{
+			Allowed: false, Limit: e.limit, Window: e.window, Remaining: 0,
+			Reset: e.until, ResetAfter: left, RetryAfter: left,
+		}
+		sources[i] = SourceFastPath
+		hit = true
+		wait = max(wait, left)
+	}
+	return hit, wait
+}
+
+// remember records every non-shadow check without count=all that the
+// store denied, until start plus its RetryAfter. start is the local
+// instant taken before the store was asked.
+func (f *fastPath) remember(checks []Check, results []Result, start time.Time) {
+	for i, c := range checks {
+		r := &results[i]
+		if c.Rule.Shadow || c.Rule.CountAll || r.Allowed || r.RetryAfter <= 0 {
+			continue
+		}
+		f.cache.Add(cacheKey{c.Rule.Name, c.Key}, overLimit{
+			until: start.Add(r.RetryAfter), limit: r.Limit, window: r.Window,
+		})
+	}
+}
+
+func (f *fastPath) forget(rule, key string) {
+	f.cache.Remove(cacheKey{rule, key})
+}

@@ -1,0 +1,355 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/memory"
+	"github.com/sluicehq/sluice/limiter/storetest"
+	"github.com/sluicehq/sluice/policy"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) limiter.Store {
+		return memory.New(memory.WithClock(clock.Now))
+	})
+}
+
+func newStore() (*memory.Store, *storetest.Clock) {
+	clock := storetest.NewClock(storetest.Base)
+	return memory.New(memory.WithClock(clock.Now)), clock
+}
+
+func decide(t *testing.T, s *memory.Store, cs ...limiter.Check) ([]limiter.Result, bool) {
+	t.Helper()
+	res := make([]limiter.Result, len(cs))
+	ok, err := s.Decide(context.Background(), cs, res)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return res, ok
+}
+
+func TestOverride(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name   string
+		rule   *policy.Rule
+		limit  int64
+		window time.Duration
+		n      int            // requests at Base
+		want   limiter.Result // the n-th
+	}{
+		{
+			name: "fixed", rule: &policy.Rule{Name: "f", Limit: 2, Window: time.Minute, Cost: 1},
+			limit: 10, window: time.Hour, n: 3,
+			want: limiter.Result{Allowed: true, Limit: 10, Window: time.Hour, Remaining: 7,
+				Reset: storetest.Base.Add(time.Hour), ResetAfter: time.Hour},
+		},
+		{
+			// The default burst (recorded as the limit) follows the override.
+			name: "token-default-burst", rule: &policy.Rule{Name: "t", Algorithm: policy.Token, Limit: 2, Burst: 2, Window: time.Minute, Cost: 1},
+			limit: 10, window: 10 * s, n: 3,
+			want: limiter.Result{Allowed: true, Limit: 10, Window: 10 * s, Remaining: 7,
+				Reset: storetest.Base.Add(3 * s), ResetAfter: 3 * s},
+		},
+		{
+			// An explicit burst stays: 3 tokens, T = 1 s.
+			name: "token-explicit-burst", rule: &policy.Rule{Name: "t", Algorithm: policy.Token, Limit: 2, Burst: 3, Window: time.Minute, Cost: 1},
+			limit: 10, window: 10 * s, n: 4,
+			want: limiter.Result{Allowed: false, Limit: 10, Window: 10 * s, Remaining: 0,
+				Reset: storetest.Base.Add(3 * s), ResetAfter: 3 * s, RetryAfter: s},
+		},
+		{
+			// 7 s buckets do not divide 1h: DefaultBucket(1h) = 60 s.
+			name: "sliding-rebucketed", rule: &policy.Rule{Name: "s", Algorithm: policy.Sliding, Limit: 2, Window: 7 * time.Minute, Bucket: 7 * s, Cost: 1},
+			limit: 10, window: time.Hour, n: 1,
+			want: limiter.Result{Allowed: true, Limit: 10, Window: time.Hour, Remaining: 9,
+				Reset: storetest.Base.Add(time.Hour), ResetAfter: time.Hour},
+		},
+		{
+			// 10 s buckets divide 1h and are kept.
+			name: "sliding-kept", rule: &policy.Rule{Name: "s", Algorithm: policy.Sliding, Limit: 2, Window: time.Minute, Bucket: 10 * s, Cost: 1},
+			limit: 10, window: time.Hour, n: 1,
+			want: limiter.Result{Allowed: true, Limit: 10, Window: time.Hour, Remaining: 9,
+				Reset: storetest.Base.Add(time.Hour), ResetAfter: time.Hour},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, _ := newStore()
+			if err := st.SetOverride(tt.rule.Name, "acme", tt.limit, tt.window); err != nil {
+				t.Fatal(err)
+			}
+			var res []limiter.Result
+			for range tt.n {
+				res, _ = decide(t, st, limiter.Check{Rule: tt.rule, Key: "acme"})
+			}
+			if fmt.Sprint(res[0]) != fmt.Sprint(tt.want) {
+				t.Errorf("got  %+v\nwant %+v", res[0], tt.want)
+			}
+			// Other keys keep the rule's own limit.
+			res, _ = decide(t, st, limiter.Check{Rule: tt.rule, Key: "other"})
+			if res[0].Limit != tt.rule.Limit || res[0].Window != tt.rule.Window {
+				t.Errorf("other key: Limit %d Window %v, want the rule's", res[0].Limit, res[0].Window)
+			}
+		})
+	}
+}
+
+func TestOverrideLifecycle(t *testing.T) {
+	st, _ := newStore()
+	r := &policy.Rule{Name: "q", Limit: 1, Window: time.Minute, Cost: 1}
+	c := limiter.Check{Rule: r, Key: "acme"}
+	if err := st.SetOverride("q", "acme", 3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l, w, ok := st.Override("q", "acme"); !ok || l != 3 || w != time.Minute {
+		t.Fatalf("Override = %d, %v, %v", l, w, ok)
+	}
+	decide(t, st, c)
+	if _, ok := decide(t, st, c); !ok {
+		t.Fatal("second request denied under an override of 3")
+	}
+	st.DeleteOverride("q", "acme")
+	if _, _, ok := st.Override("q", "acme"); ok {
+		t.Fatal("override still present after DeleteOverride")
+	}
+	// Back under the rule's limit of 1, with 2 already counted.
+	if _, ok := decide(t, st, c); ok {
+		t.Fatal("request allowed after the override was deleted")
+	}
+	st.Reset("q", "acme")
+	if _, ok := decide(t, st, c); !ok {
+		t.Fatal("request denied after Reset")
+	}
+
+	for _, bad := range []struct {
+		limit  int64
+		window time.Duration
+	}{{0, time.Minute}, {-1, time.Minute}, {1, 0}, {1, time.Millisecond}} {
+		if err := st.SetOverride("q", "x", bad.limit, bad.window); !errors.Is(err, memory.ErrInvalidOverride) {
+			t.Errorf("SetOverride(%d, %v) = %v, want ErrInvalidOverride", bad.limit, bad.window, err)
+		}
+	}
+}
+
+func TestPeek(t *testing.T) {
+	st, _ := newStore()
+	c := limiter.Check{Rule: &policy.Rule{Name: "p", Limit: 2, Window: time.Minute, Cost: 1}, Key: "k"}
+	for i, want := range []int64{2, 2} {
+		res, err := st.Peek(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed || res.Remaining != want {
+			t.Errorf("peek %d: %+v, want allowed with %d remaining", i, res, want)
+		}
+	}
+	decide(t, st, c)
+	decide(t, st, c)
+	res, _ := st.Peek(context.Background(), c)
+	if res.Allowed || res.Remaining != 0 || res.RetryAfter != time.Minute {
+		t.Errorf("peek after the limit: %+v", res)
+	}
+}
+
+func TestAlgorithmChange(t *testing.T) {
+	// A rule reloaded under the same name with another algorithm starts
+	// from a clean counter instead of misreading the old state.
+	st, _ := newStore()
+	fixed := &policy.Rule{Name: "r", Limit: 1, Window: time.Minute, Cost: 1}
+	token := &policy.Rule{Name: "r", Algorithm: policy.Token, Limit: 1, Burst: 1, Window: time.Minute, Cost: 1}
+	decide(t, st, limiter.Check{Rule: fixed, Key: "k"})
+	if res, ok := decide(t, st, limiter.Check{Rule: token, Key: "k"}); !ok {
+		t.Errorf("token rule read the fixed rule's state: %+v", res[0])
+	}
+}
+
+func TestErrors(t *testing.T) {
+	st, _ := newStore()
+	good := limiter.Check{Rule: &policy.Rule{Name: "g", Limit: 1, Window: time.Minute, Cost: 1}, Key: "k"}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := st.Decide(ctx, []limiter.Check{good}, make([]limiter.Result, 1)); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled context: err = %v", err)
+	}
+	if _, err := st.Decide(context.Background(), []limiter.Check{good}, nil); err == nil {
+		t.Error("no error for a results slice shorter than checks")
+	}
+	bad := []*policy.Rule{
+		{Name: "no-limit", Window: time.Minute},
+		{Name: "no-window", Limit: 1},
+		{Name: "bad-bucket", Algorithm: policy.Sliding, Limit: 1, Window: time.Minute, Bucket: 500 * time.Nanosecond},
+	}
+	for _, r := range bad {
+		// A bad rule fails the whole decision and consumes nothing.
+		_, err := st.Decide(context.Background(), []limiter.Check{good, {Rule: r, Key: "k"}}, make([]limiter.Result, 2))
+		if err == nil {
+			t.Errorf("rule %s: no error", r.Name)
+		}
+	}
+	if _, ok := decide(t, st, good); !ok {
+		t.Error("a failed decision consumed from its good check")
+	}
+}
+
+func TestSweep(t *testing.T) {
+	st, clock := newStore()
+	r := &policy.Rule{Name: "s", Limit: 5, Window: time.Minute, Cost: 1}
+	long := &policy.Rule{Name: "l", Limit: 5, Window: time.Hour, Cost: 1}
+	const n = 5000
+	for i := range n {
+		decide(t, st, limiter.Check{Rule: r, Key: strconv.Itoa(i)})
+	}
+	decide(t, st, limiter.Check{Rule: long, Key: "kept"})
+	if got := st.Len(); got != n+1 {
+		t.Fatalf("Len = %d, want %d", got, n+1)
+	}
+	if got := st.Sweep(clock.Now().Add(time.Minute - time.Microsecond)); got != 0 {
+		t.Errorf("Sweep before expiry dropped %d", got)
+	}
+
+	// Decisions drop expired counters of the shards they touch on their own.
+	clock.Advance(time.Minute)
+	for range 64 {
+		decide(t, st, limiter.Check{Rule: long, Key: "kept"})
+	}
+	if got := st.Len(); got > n+1-3 {
+		t.Errorf("Len = %d after 64 decisions on one shard, want fewer than %d", got, n+1-3)
+	}
+
+	want := st.Len() - 1
+	if got := st.Sweep(clock.Now()); got != want {
+		t.Errorf("Sweep dropped %d, want %d", got, want)
+	}
+	if got := st.Len(); got != 1 {
+		t.Errorf("Len = %d after Sweep, want 1 (the unexpired counter)", got)
+	}
+	if res, ok := decide(t, st, limiter.Check{Rule: long, Key: "kept"}); ok {
+		t.Errorf("the unexpired counter was dropped: %+v", res[0])
+	}
+}
+
+func TestRunStops(t *testing.T) {
+	st, _ := newStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx, time.Millisecond) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop when its context was canceled")
+	}
+	if err := st.Run(context.Background(), 0); err == nil {
+		t.Error("Run accepted a zero interval")
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	st, _ := newStore()
+	rules := []*policy.Rule{
+		{Name: "f", Limit: 1 << 40, Window: time.Minute, Cost: 1},
+		{Name: "s", Algorithm: policy.Sliding, Limit: 1 << 40, Window: time.Minute, Bucket: time.Second, Cost: 1},
+		{Name: "r", Algorithm: policy.Reset, Limit: 1 << 40, Window: time.Minute, Cost: 1},
+		{Name: "t", Algorithm: policy.Token, Limit: 1 << 40, Burst: 1 << 40, Window: time.Hour, Cost: 1},
+	}
+	cs := make([]limiter.Check, len(rules))
+	for i, r := range rules {
+		cs[i] = limiter.Check{Rule: r, Key: "k"}
+	}
+	res := make([]limiter.Result, len(cs))
+	ctx := context.Background()
+	if _, err := st.Decide(ctx, cs, res); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := st.Decide(ctx, cs, res); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per decision on existing keys, want 0", allocs)
+	}
+}
+
+// BenchmarkDecide measures one decision on existing keys: one rule over
+// many keys, and three rules over one key each.
+func BenchmarkDecide(b *testing.B) {
+	const keys = 10000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("%064x", i) // the length of a hex HMAC
+	}
+	algos := []policy.Algorithm{policy.Fixed, policy.Sliding, policy.Reset, policy.Token}
+	for _, a := range algos {
+		// Token state of a huge limit would expire microseconds after each
+		// request; 1000 per hour with an unbounded burst keeps it alive.
+		rule := &policy.Rule{Name: "r", Algorithm: a, Limit: 1 << 40, Window: time.Minute, Bucket: time.Second, Cost: 1}
+		if a == policy.Token {
+			rule.Limit, rule.Burst, rule.Window = 1000, 1<<40, time.Hour
+		}
+		b.Run("one-rule/"+a.String(), func(b *testing.B) {
+			st := memory.New()
+			warm(b, st, rule, names)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				res := make([]limiter.Result, 1)
+				cs := make([]limiter.Check, 1)
+				i := 0
+				for pb.Next() {
+					cs[0] = limiter.Check{Rule: rule, Key: names[i%keys]}
+					i += 7
+					if _, err := st.Decide(context.Background(), cs, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+	b.Run("three-rules", func(b *testing.B) {
+		rules := []*policy.Rule{
+			{Name: "ip", Limit: 1 << 40, Window: time.Minute, Cost: 1},
+			{Name: "email", Algorithm: policy.Sliding, Limit: 1 << 40, Window: time.Hour, Bucket: time.Minute, Cost: 1},
+			{Name: "global", Algorithm: policy.Token, Limit: 1000, Burst: 1 << 40, Window: time.Hour, Cost: 1},
+		}
+		st := memory.New()
+		for _, r := range rules {
+			warm(b, st, r, names)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			res := make([]limiter.Result, 3)
+			cs := make([]limiter.Check, 3)
+			i := 0
+			for pb.Next() {
+				cs[0] = limiter.Check{Rule: rules[0], Key: names[i%keys]}
+				cs[1] = limiter.Check{Rule: rules[1], Key: names[(i*31)%keys]}
+				cs[2] = limiter.Check{Rule: rules[2], Key: "global"}
+				i += 7
+				if _, err := st.Decide(context.Background(), cs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+func warm(b *testing.B, st *memory.Store, r *policy.Rule, keys []string) {
+	b.Helper()
+	res := make([]limiter.Result, 1)
+	for _, k := range keys {
+		if _, err := st.Decide(context.Background(), []limiter.Check{{Rule: r, Key: k}}, res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of one check, the values of the outcome label of
+// sluice_decisions_total.
+const (
+	// OutcomeAllowed: the check's own verdict was to allow (including a
+	// shadow check under its limit and a check that allowed in a request
+	// that another check denied).
+	OutcomeAllowed = "allowed"
+	// OutcomeLimited: a non-shadow check denied, decided by the store, by
+	// the fast path, or by the local fallback.
+	OutcomeLimited = "limited"
+	// OutcomeShadowLimited: a shadow check would have denied.
+	OutcomeShadowLimited = "shadow_limited"
+	// OutcomeFailedOpen: the store could not decide and the check's fail
+	// mode let the request through.
+	OutcomeFailedOpen = "failed_open"
+	// OutcomeFailedClosed: the store could not decide and a fail=closed
+	// check of the request made it unavailable (every check of such a
+	// request counts here).
+	OutcomeFailedClosed = "failed_closed"
+	// OutcomeLocal: the store could not decide and the per-instance
+	// fallback allowed the check (its denials count as limited or
+	// shadow_limited).
+	OutcomeLocal = "local"
+)
+
+// Kinds of store errors, the values of the kind label of
+// sluice_store_errors_total.
+const (
+	ErrorTimeout  = "timeout"
+	ErrorCanceled = "canceled"
+	ErrorOther    = "other"
+)
+
+// ErrorKind classifies a store error for metrics: ErrorTimeout for a
+// missed deadline (context.DeadlineExceeded or a network timeout),
+// ErrorCanceled for a canceled context, ErrorOther for everything else.
+func ErrorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ErrorTimeout
+	case errors.Is(err, context.Canceled):
+		return ErrorCanceled
+	case errors.As(err, &ne) && ne.Timeout():
+		return ErrorTimeout
+	}
+	return ErrorOther
+}
+
+// Metrics are the limiter's Prometheus metrics. Labels carry rule names
+// and fixed words only, never a key. A nil *Metrics records nothing.
+type Metrics struct {
+	// rules caches each rule's counters (a *ruleMetrics by rule name) so
+	// that a decision does not hash label values. Rule names come from the
+	// configuration, so it stays small.
+	rules sync.Map
+
+	decisions     *prometheus.CounterVec
+	fastPathHits  *prometheus.CounterVec
+	storeDuration prometheus.Histogram
+	storeErrors   *prometheus.CounterVec
+}
+
+// NewMetrics creates the limiter's metrics and registers them with reg
+// (unless reg is nil). Like prometheus.MustRegister, it panics if they are
+// already registered with reg.
+//
+//   - sluice_decisions_total{rule, outcome}: checks decided, by outcome
+//     (see the Outcome constants).
+//   - sluice_fast_path_hits_total{rule}: checks denied from the over-limit
+//     cache without asking the store.
+//   - sluice_store_duration_seconds: the latency of store decisions,
+//     failed ones included.
+//   - sluice_store_errors_total{kind}: store decisions that failed, by
+//     ErrorKind.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Rate-limit checks decided, by rule and outcome.",
+		}, []string{"rule", "outcome"}),
+		fastPathHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fast_path_hits_total",
+			Help: "Checks denied from the local over-limit cache without a store round trip, by rule.",
+		}, []string{"rule"}),
+		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_store_duration_seconds",
+			Help: "Latency of one store decision, failed ones included.",
+			Buckets: []float64{
+				.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
+			},
+		}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store decisions that failed, by kind (timeout, canceled, other).",
+		}, []string{"kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.decisions, m.fastPathHits, m.storeDuration, m.storeErrors)
+	}
+	return m
+}
+
+// ruleMetrics are one rule's counters, in the order of outcomes.
+type ruleMetrics struct {
+	outcomes [len(outcomes)]prometheus.Counter
+	hits     prometheus.Counter
+}
+
+// outcomes lists the outcome label values; outcome indexes it.
+var outcomes = [...]string{
+	OutcomeAllowed, OutcomeLimited, OutcomeShadowLimited, OutcomeFailedOpen, OutcomeFailedClosed, OutcomeLocal,
+}
+
+type outcome uint8
+
+const (
+	outAllowed outcome = iota
+	outLimited
+	outShadowLimited
+	outFailedOpen
+	outFailedClosed
+	outLocal
+)
+
+func (m *Metrics) rule(name string) *ruleMetrics {
+	if r, ok := m.rules.Load(name); ok {
+		return r.(*ruleMetrics)
+	}
+	r := &ruleMetrics{hits: m.fastPathHits.WithLabelValues(name)}
+	for i, o := range outcomes {
+		r.outcomes[i] = m.decisions.WithLabelValues(name, o)
+	}
+	got, _ := m.rules.LoadOrStore(name, r)
+	return got.(*ruleMetrics)
+}
+
+// Init creates the series of the named rules at zero, so that rates and
+// alerts see them before their first decision. It is optional.
+func (m *Metrics) Init(rules ...string) {
+	if m == nil {
+		return
+	}
+	for _, r := range rules {
+		m.rule(r)
+	}
+}
+
+func (m *Metrics) decision(rule string, o outcome) {
+	if m != nil {
+		m.rule(rule).outcomes[o].Inc()
+	}
+}
+
+func (m *Metrics) fastPathHit(rule string) {
+	if m != nil {
+		m.rule(rule).hits.Inc()
+	}
+}
+
+func (m *Metrics) storeCall(seconds float64, err error) {
+	if m == nil {
+		return
+	}
+	m.storeDuration.Observe(seconds)
+	if err != nil {
+		m.storeErrors.WithLabelValues(ErrorKind(err)).Inc()
+	}
+}

@@ -1,0 +1,68 @@
+// Package limiter decides whether requests are within their rules' limits.
+//
+// A Store keeps the counters and makes one atomic decision for every rule
+// that matches a request. Limiter wraps a Store with the over-limit fast
+// path, the decision deadline and the fail modes.
+package limiter
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Check is one rule's part of a decision: the rule and the hashed identity
+// it counts. Rule and Key together name one counter.
+type Check struct {
+	Rule *policy.Rule
+	Key  string // HMAC of the identity; never a raw identifier
+}
+
+// Result is one Check's outcome.
+type Result struct {
+	// Allowed is this rule's own verdict for the request (for a shadow
+	// rule: what it would have decided).
+	Allowed bool
+	// Limit is the limit applied: the rule's, or the key's override.
+	Limit int64
+	// Window is the window applied: the rule's, or the key's override.
+	Window time.Duration
+	// Remaining is the room left after this decision, never negative.
+	Remaining int64
+	// Reset is when the counter next has its whole limit available again,
+	// on the store's clock.
+	Reset time.Time
+	// ResetAfter is Reset minus the store's clock at the decision.
+	ResetAfter time.Duration
+	// RetryAfter is zero when Allowed; otherwise how long after the
+	// decision a request of the rule's cost would first be allowed,
+	// assuming no other traffic.
+	RetryAfter time.Duration
+}
+
+// Store keeps counters and decides.
+//
+// Decide decides one request against every rule that matches it, as one
+// atomic step: the request is allowed when every non-shadow check allows
+// it, and then it consumes its rule's cost from every check (a shadow check
+// that itself would deny consumes nothing); a denied request consumes only
+// from checks whose rule has CountAll. Decide writes one Result per check
+// into results, which has len(checks). Being over a limit is a result,
+// never an error: errors mean the store could not decide.
+//
+// Implementations are safe for simultaneous use by multiple goroutines.
+type Store interface {
+	Decide(ctx context.Context, checks []Check, results []Result) (allowed bool, err error)
+}
+
+// Allowed reports the combined verdict of results: true when every
+// non-shadow check allowed.
+func Allowed(checks []Check, results []Result) bool {
+	for i, c := range checks {
+		if !c.Rule.Shadow && !results[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
