@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Pinger reports whether the store is reachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// AdminConfig configures the admin handler.
+type AdminConfig struct {
+	Policy   *policy.Policy
+	Store    Pinger // nil: the in-memory store, always ready
+	Gatherer prometheus.Gatherer
+}
+
+// NewAdmin returns the handler of the admin listener: /healthz, /readyz,
+// /metrics and the /v1 API. It must never be served on the public listener.
+func NewAdmin(cfg AdminConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeText(w, http.StatusOK, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Store != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := cfg.Store.Ping(ctx); err != nil {
+				writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store unreachable: " + err.Error()})
+				return
+			}
+		}
+		writeText(w, http.StatusOK, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy.Rules())})
+	})
+	return mux
+}
+
+func writeText(w http.ResponseWriter, status int, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write([]byte(s)) //nolint:errcheck // the client may be gone
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, problem{Status: http.StatusInternalServerError, Detail: err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body) //nolint:errcheck // the client may be gone
+}
+
+// ruleJSON is a rule as the admin API shows it.
+type ruleJSON struct {
+	Name      string   `json:"name"`
+	Line      int      `json:"line"`
+	Methods   []string `json:"methods"`
+	Path      string   `json:"path"`
+	Identity  string   `json:"identity"`
+	Field     string   `json:"field,omitempty"`
+	Limit     int64    `json:"limit"`
+	Window    string   `json:"window"`
+	WindowSec int64    `json:"window_seconds"`
+	Algorithm string   `json:"algorithm"`
+	BucketSec int64    `json:"bucket_seconds,omitempty"`
+	Burst     int64    `json:"burst,omitempty"`
+	Fail      string   `json:"fail"`
+	Shadow    bool     `json:"shadow"`
+	Cost      int64    `json:"cost"`
+	CountAll  bool     `json:"count_all"`
+}
+
+func rulesJSON(rules []*policy.Rule) []ruleJSON {
+	out := make([]ruleJSON, 0, len(rules))
+	for _, r := range rules {
+		methods := r.Methods
+		if methods == nil {
+			methods = []string{"*"}
+		}
+		path := r.PathString()
+		out = append(out, ruleJSON{
+			Name: r.Name, Line: r.Line, Methods: methods, Path: path,
+			Identity: r.Identity.Kind.String(), Field: r.Identity.Field,
+			Limit: r.Limit, Window: policy.FormatWindow(r.Window), WindowSec: int64(r.Window / time.Second),
+			Algorithm: r.Algorithm.String(), BucketSec: int64(r.Bucket / time.Second), Burst: r.Burst,
+			Fail: r.Fail.String(), Shadow: r.Shadow, Cost: r.Cost, CountAll: r.CountAll,
+		})
+	}
+	return out
+}

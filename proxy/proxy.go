@@ -1,0 +1,409 @@
+// Package proxy is sluice's HTTP side: it canonicalises each request, works
+// out the rate-limit keys of the rules that match it, asks the limiter, and
+// either answers 429 (or 503) itself or forwards the request upstream.
+//
+// Everything about HTTP lives here: client IP derivation, identifier
+// extraction, forwarding headers and the wire format of responses.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Config configures a Proxy. Upstream, Policy, Limiter and Hasher are
+// required; every other field has a working zero value.
+type Config struct {
+	Upstream *url.URL
+	Routes   []Route // longest prefix first, as ParseRoutes returns them
+	Policy   *policy.Policy
+	Limiter  *limiter.Limiter
+	Hasher   *hashing.Hasher
+	// Trusted lists the proxies whose X-Forwarded-For is believed.
+	Trusted TrustedProxies
+	// MaxBodyBytes bounds the body read to find an identifier; larger
+	// bodies on routes that need one get 413. Zero means 64 KiB.
+	MaxBodyBytes int64
+	Headers      HeaderFamilies
+	// Transport reaches the upstreams; nil means NewTransport().
+	Transport http.RoundTripper
+	Logger    *zap.Logger // nil means no logging
+	Metrics   *Metrics    // nil means no metrics
+}
+
+// Proxy is the gateway's public handler. It is safe for concurrent use.
+type Proxy struct {
+	cfg     Config
+	rp      *httputil.ReverseProxy // for requests a rule matched
+	plain   *httputil.ReverseProxy // for the rest: the upstream's headers pass untouched
+	log     *zap.Logger
+	global  string // the key every "by global" rule counts
+	states  sync.Pool
+	upNames []string // metric label per route, then the default upstream
+}
+
+// requestState holds the per-request scratch slices, pooled so a decision
+// allocates as little as possible.
+type requestState struct {
+	rules   []*policy.Rule
+	checks  []limiter.Check
+	outcome limiter.Outcome
+}
+
+// New returns a Proxy for cfg.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Upstream == nil || cfg.Policy == nil || cfg.Limiter == nil || cfg.Hasher == nil {
+		return nil, errors.New("proxy: Upstream, Policy, Limiter and Hasher are required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 10
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = NewTransport()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	p := &Proxy{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		global: cfg.Hasher.Key(policy.ByGlobal, ""),
+	}
+	p.states.New = func() any { return new(requestState) }
+	for _, r := range cfg.Routes {
+		p.upNames = append(p.upNames, r.Prefix)
+	}
+	p.upNames = append(p.upNames, "default")
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      cfg.Transport,
+		FlushInterval:  -1, // stream responses (SSE, long polls) as they come
+		ErrorHandler:   p.upstreamError,
+		ModifyResponse: p.modifyResponse,
+		ErrorLog:       zap.NewStdLog(cfg.Logger),
+	}
+	plain := *p.rp
+	plain.ModifyResponse = nil
+	p.plain = &plain
+	return p, nil
+}
+
+// ServeHTTP decides r against every matching rule and forwards it or
+// answers it.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	canonical, err := policy.CanonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
+		return
+	}
+	match := policy.MatchPath(canonical)
+
+	// The client IP is read before the forwarding headers are stripped;
+	// from here on, the only forwarding header is the one sluice sets.
+	client := p.cfg.Trusted.ClientIP(r.RemoteAddr, r.Header)
+	stripClientHeaders(r.Header)
+	r.Header["X-Forwarded-For"] = []string{client.String()}
+	if canonical != r.URL.EscapedPath() {
+		unescaped, err := url.PathUnescape(canonical)
+		if err != nil { // CanonicalPath only leaves valid escapes
+			panic(err)
+		}
+		r.URL.Path, r.URL.RawPath = unescaped, canonical
+	}
+
+	st := p.states.Get().(*requestState)
+	defer func() {
+		clear(st.checks)
+		clear(st.rules)
+		st.checks, st.rules = st.checks[:0], st.rules[:0]
+		p.states.Put(st)
+	}()
+	// Methods are case-sensitive on the wire, but some frameworks
+	// upper-case them; matching upper-case means "post" cannot slip past a
+	// POST rule. The request is forwarded with the method as sent.
+	st.rules = p.cfg.Policy.Match(upperMethod(r.Method), match, st.rules[:0])
+	if len(st.rules) == 0 {
+		p.forward(w, r, match, p.plain)
+		return
+	}
+
+	var body []byte
+	if needsBody(st.rules) {
+		b, status, err := readBody(r, p.cfg.MaxBodyBytes)
+		if err != nil {
+			writeProblem(w, problem{Status: status, Detail: err.Error()})
+			return
+		}
+		body = b
+	}
+
+	ipKey := ""
+	for _, rule := range st.rules {
+		key, err := p.key(r, rule, client, body, &ipKey)
+		if err != nil {
+			writeProblem(w, problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s': %v", rule.Name, err)})
+			return
+		}
+		st.checks = append(st.checks, limiter.Check{Rule: rule, Key: key})
+	}
+
+	out := &st.outcome
+	p.cfg.Limiter.DecideInto(r.Context(), st.checks, out)
+	switch {
+	case out.Unavailable:
+		p.unavailable(w, out)
+	case !out.Allowed:
+		p.tooMany(w, st.checks, out)
+	default:
+		if i := out.Primary(st.checks); i >= 0 {
+			res := &out.Results[i]
+			p.cfg.Headers.set(w.Header(), quota{
+				rule:      st.checks[i].Rule.Name,
+				limit:     res.Limit,
+				window:    res.Window,
+				remaining: res.Remaining,
+				resetIn:   ceilSeconds(res.ResetAfter),
+				resetAt:   ceilUnix(res.Reset),
+			})
+		}
+		p.forward(w, r, match, p.rp)
+	}
+}
+
+// key returns the hashed identity that rule counts r by. A rule whose
+// identifier is absent counts the client IP instead, so leaving the
+// identifier out never escapes the limit.
+func (p *Proxy) key(r *http.Request, rule *policy.Rule, client netip.Addr, body []byte, ipKey *string) (string, error) {
+	var (
+		value string
+		found bool
+		err   error
+	)
+	switch rule.Identity.Kind {
+	case policy.ByGlobal:
+		return p.global, nil
+	case policy.ByEmail:
+		// A query Go cannot parse (a ";" separator, a bad escape) may still
+		// be read by the upstream, so it is ambiguous rather than absent.
+		query, qerr := url.ParseQuery(r.URL.RawQuery)
+		if qerr != nil {
+			return "", errors.New("malformed query string")
+		}
+		value, found, err = emailFromRequest(r.Header.Get("Content-Type"), body, query, rule.Identity.Field)
+		if found {
+			value = hashing.CanonicalEmail(value)
+			found = value != ""
+		}
+	case policy.ByTenant, policy.ByHeader:
+		value, found, err = headerIdentity(r.Header, rule.Identity.Field)
+	}
+	if err != nil {
+		return "", err
+	}
+	if found {
+		return p.cfg.Hasher.Key(rule.Identity.Kind, value), nil
+	}
+	if *ipKey == "" {
+		*ipKey = p.cfg.Hasher.Key(policy.ByIP, hashing.IPGroup(client))
+	}
+	return *ipKey, nil
+}
+
+// needsBody reports whether any rule reads its identifier from the body.
+func needsBody(rules []*policy.Rule) bool {
+	return slices.ContainsFunc(rules, func(r *policy.Rule) bool { return r.Identity.Kind == policy.ByEmail })
+}
+
+// readBody buffers r's body up to max bytes and puts it back for the
+// upstream byte for byte. It returns the HTTP status to answer on failure.
+func readBody(r *http.Request, max int64) ([]byte, int, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0, nil
+	}
+	if r.ContentLength > max {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is larger than %d bytes", max)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	r.Body.Close()
+	if err != nil {
+		return nil, http.StatusBadRequest, errors.New("request body could not be read")
+	}
+	if int64(len(b)) > max {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is larger than %d bytes", max)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.ContentLength = int64(len(b))
+	r.TransferEncoding = nil
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	return b, 0, nil
+}
+
+// tooMany answers 429 for the denying rule with the longest wait.
+func (p *Proxy) tooMany(w http.ResponseWriter, checks []limiter.Check, out *limiter.Outcome) {
+	var violated []string
+	for i := range checks {
+		if out.Denied(checks, i) {
+			violated = append(violated, checks[i].Rule.Name)
+		}
+	}
+	worst := out.Primary(checks)
+	if worst < 0 { // a denial always has a denying rule; never answer without one
+		worst = 0
+	}
+	if len(violated) == 0 {
+		violated = []string{checks[worst].Rule.Name}
+	}
+	res := &out.Results[worst]
+	retry := max(ceilSeconds(res.RetryAfter), 1)
+	name := checks[worst].Rule.Name
+	h := w.Header()
+	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
+	p.cfg.Headers.set(h, quota{
+		rule:      name,
+		limit:     res.Limit,
+		window:    res.Window,
+		remaining: 0,
+		resetIn:   retry,
+		// The store's clock at the decision, plus the wait.
+		resetAt: ceilUnix(res.Reset.Add(-res.ResetAfter).Add(time.Duration(retry) * time.Second)),
+	})
+	writeProblem(w, problem{
+		Type:             quotaExceededType,
+		Status:           http.StatusTooManyRequests,
+		Detail:           fmt.Sprintf("rate limit '%s' exceeded, retry in %d s", name, retry),
+		ViolatedPolicies: violated,
+		RetryAfter:       retry,
+	})
+}
+
+// unavailable answers 503 when a fail=closed rule could not be decided.
+func (p *Proxy) unavailable(w http.ResponseWriter, out *limiter.Outcome) {
+	retry := max(ceilSeconds(out.RetryAfter), 1)
+	w.Header()["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
+	writeProblem(w, problem{
+		Status:     http.StatusServiceUnavailable,
+		Detail:     "the rate limiter cannot decide right now; retry shortly",
+		RetryAfter: retry,
+	})
+}
+
+// ceilUnix is t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// forward sends r to its upstream.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, match string, rp *httputil.ReverseProxy) {
+	start := time.Now()
+	i := p.route(match)
+	if i < len(p.cfg.Routes) {
+		r = r.WithContext(withRoute(r.Context(), i))
+	}
+	rp.ServeHTTP(w, r)
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(time.Since(start).Seconds())
+	}
+}
+
+// route returns the index of the route for the match-form path, or
+// len(Routes) for the default upstream.
+func (p *Proxy) route(match string) int {
+	for i, rt := range p.cfg.Routes {
+		if under(match, rt.Prefix) {
+			return i
+		}
+	}
+	return len(p.cfg.Routes)
+}
+
+// rewrite builds the upstream request. ReverseProxy has already removed
+// hop-by-hop headers and the client's Forwarded and X-Forwarded-* headers
+// from pr.Out; the ones set here are sluice's own.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	target := p.cfg.Upstream
+	if i, ok := routeFrom(pr.In.Context()); ok {
+		target = p.cfg.Routes[i].Upstream
+	}
+	pr.SetURL(target)
+	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	pr.Out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	pr.Out.Header["X-Forwarded-Proto"] = []string{proto}
+}
+
+// modifyResponse drops an upstream's own rate-limit headers from responses
+// to requests a rule matched, so a client never sees two answers.
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	if p.cfg.Headers.IETF || p.cfg.Headers.X {
+		for _, h := range rateLimitHeaders {
+			delete(res.Header, h)
+		}
+	}
+	return nil
+}
+
+// upstreamError answers 502 when the upstream cannot be reached or fails
+// before sending a response.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The client went away; there is nobody to answer.
+		w.WriteHeader(499)
+		return
+	}
+	// The error of a failed round trip carries the URL, whose path and
+	// query may hold identifiers; log only the cause.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	p.log.Warn("upstream request failed", zap.Error(err))
+	writeProblem(w, problem{Status: http.StatusBadGateway, Detail: "the upstream could not be reached"})
+}
+
+// routeKey carries the chosen route from ServeHTTP to rewrite.
+type routeKey struct{}
+
+func withRoute(ctx context.Context, i int) context.Context {
+	return context.WithValue(ctx, routeKey{}, i)
+}
+
+func routeFrom(ctx context.Context) (int, bool) {
+	i, ok := ctx.Value(routeKey{}).(int)
+	return i, ok
+}
+
+// upperMethod upper-cases an ASCII method, without allocating when it
+// already is.
+func upperMethod(m string) string {
+	for i := 0; i < len(m); i++ {
+		if 'a' <= m[i] && m[i] <= 'z' {
+			return strings.ToUpper(m)
+		}
+	}
+	return m
+}

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Route sends requests under a path prefix to their own upstream.
+type Route struct {
+	// Prefix is in policy.MatchPath form, so route selection sees the same
+	// path that rule matching sees.
+	Prefix   string
+	Upstream *url.URL
+}
+
+// ParseUpstream parses an upstream base URL: http or https, with a host, no
+// query or fragment.
+func ParseUpstream(s string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("not a URL: %q", s)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("expected an http:// or https:// URL, got %q", s)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("expected a host in %q", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("expected no query, fragment or user info in %q", s)
+	}
+	return u, nil
+}
+
+// ParseRoutes parses SLUICE_ROUTES: comma-separated prefix=URL pairs such as
+// "/billing/=http://billing:8080,/search/=http://search:9200". Every bad
+// entry is reported. Routes are returned longest prefix first, so the first
+// that matches is the longest.
+func ParseRoutes(s string) ([]Route, error) {
+	var routes []Route
+	var errs []error
+	for entry := range strings.SplitSeq(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		prefix, target, ok := strings.Cut(entry, "=")
+		if !ok || !strings.HasPrefix(prefix, "/") {
+			errs = append(errs, fmt.Errorf("expected /prefix/=http://host:port, got %q", entry))
+			continue
+		}
+		u, err := ParseUpstream(target)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route %q: %w", prefix, err))
+			continue
+		}
+		canonical, err := policy.CanonicalPath(prefix)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route %q: %w", prefix, err))
+			continue
+		}
+		routes = append(routes, Route{Prefix: policy.MatchPath(canonical), Upstream: u})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(routes, func(a, b Route) int { return len(b.Prefix) - len(a.Prefix) })
+	for i := 1; i < len(routes); i++ {
+		if routes[i].Prefix == routes[i-1].Prefix {
+			return nil, fmt.Errorf("prefix %q given twice", routes[i].Prefix)
+		}
+	}
+	return routes, nil
+}
+
+// under reports whether the match-form path p is at or below prefix, on
+// segment boundaries: "/billing" is under "/billing/" but "/billingx" is not.
+func under(p, prefix string) bool {
+	prefix = strings.TrimSuffix(prefix, "/")
+	if prefix == "" {
+		return true
+	}
+	return p == prefix || (strings.HasPrefix(p, prefix) && p[len(prefix)] == '/')
+}
+
+// NewTransport returns the transport sluice uses towards upstreams: bounded
+// dial and handshake times, and enough idle connections per host that a
+// busy gateway reuses connections instead of exhausting ephemeral ports.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil, // never route upstream traffic through an environment proxy
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+	}
+}
+
+// NewServer returns an http.Server with timeouts that bound what a slow or
+// idle client can hold (slowloris): headers must arrive within 5 s, the
+// whole request within 60 s.
+func NewServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      120 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
