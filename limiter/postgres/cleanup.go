@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// Cleanup deletes expired counters in batches of CleanupBatch rows, at most
+// CleanupMaxBatches of them, pausing CleanupPause between batches, and
+// returns how many rows it deleted.
+//
+// Each batch is one short transaction that first takes a transaction-level
+// advisory lock with pg_try_advisory_xact_lock: at any moment at most one
+// instance is deleting, and an instance that finds the lock taken ends its
+// run at once (another one is cleaning). Rows locked by decisions are
+// skipped, never waited for. As an alternative, a pg_cron job can run the
+// same DELETE (sql/cleanup.sql) with CleanupInterval set negative.
+func (s *Store) Cleanup(ctx context.Context) (deleted int64, err error) {
+	for i := 0; i < s.opts.CleanupMaxBatches; i++ {
+		if i > 0 && !sleep(ctx, s.opts.CleanupPause) {
+			return deleted, ctx.Err()
+		}
+		n, elected, err := s.cleanupBatch(ctx)
+		deleted += n
+		if err != nil {
+			return deleted, fmt.Errorf("postgres cleanup: %w", err)
+		}
+		if !elected || n < int64(s.opts.CleanupBatch) {
+			break
+		}
+	}
+	return deleted, nil
+}
+
+// cleanupBatch deletes one batch if this instance wins the cleanup lock.
+func (s *Store) cleanupBatch(ctx context.Context) (deleted int64, elected bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, s.q.cleanupLock, s.cleanupKey).Scan(&elected); err != nil || !elected {
+			return err
+		}
+		tag, err := tx.Exec(ctx, s.q.cleanup, s.nowParam(), s.opts.CleanupBatch)
+		deleted = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return deleted, elected, nil
+}
+
+// runCleanup runs Cleanup every CleanupInterval until ctx is done.
+func (s *Store) runCleanup(ctx context.Context) {
+	if s.opts.CleanupInterval < 0 {
+		return
+	}
+	t := time.NewTicker(s.opts.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			start := time.Now()
+			n, err := s.Cleanup(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("cleanup expired counters", zap.Int64("deleted", n), zap.Error(err))
+			} else if n > 0 {
+				s.log.Debug("cleanup expired counters", zap.Int64("deleted", n), zap.Duration("took", time.Since(start)))
+			}
+		}
+	}
+}

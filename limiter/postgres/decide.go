@@ -1,0 +1,272 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicehq/sluice/limiter"
+)
+
+// Decision is one request's part of a batch: its checks, and room for their
+// results. DecideBatch fills Results (which must have len(Checks)) and
+// Allowed.
+type Decision struct {
+	Checks  []limiter.Check
+	Results []limiter.Result
+	// Allowed is the combined verdict, as limiter.Allowed computes it.
+	Allowed bool
+}
+
+// Decide decides one request against its checks in one round trip, as
+// limiter.Store documents.
+func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
+	if len(results) != len(checks) {
+		return false, fmt.Errorf("postgres decide: %d results for %d checks", len(results), len(checks))
+	}
+	if len(checks) == 0 {
+		return true, nil
+	}
+	d := [1]Decision{{Checks: checks, Results: results}}
+	if err := s.DecideBatch(ctx, d[:]); err != nil {
+		return false, err
+	}
+	return d[0].Allowed, nil
+}
+
+// DecideBatch decides every decision of ds in one statement and one
+// transaction. The decisions are applied in order, each seeing the state
+// the previous left, so the outcome is that of calling Decide for each in
+// turn; this is what a batcher that gathers concurrent requests calls.
+// The same counter may appear in any number of decisions. On error no
+// decision took effect.
+func (s *Store) DecideBatch(ctx context.Context, ds []Decision) error {
+	return s.run(ctx, ds, false)
+}
+
+// Peek returns what a request of c's rule would get from c's counter now,
+// without consuming anything: the admin API's view of a key.
+func (s *Store) Peek(ctx context.Context, c limiter.Check) (limiter.Result, error) {
+	var res [1]limiter.Result
+	d := [1]Decision{{Checks: []limiter.Check{c}, Results: res[:]}}
+	if err := s.run(ctx, d[:], true); err != nil {
+		return limiter.Result{}, err
+	}
+	return res[0], nil
+}
+
+// run sends ds to the database, retrying when a counter row was deleted
+// between the function's insert and lock steps (SQLSTATE 40001: the
+// transaction rolled back having changed nothing; see 0003_decide.up.sql).
+func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
+	b := batchPool.Get().(*batch)
+	defer b.release()
+	n, err := b.build(ds, s.overrides.Load())
+	if err != nil {
+		return fmt.Errorf("postgres decide: %w", err)
+	}
+	if n == 0 {
+		for i := range ds {
+			ds[i].Allowed = true
+		}
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		err = s.pool.QueryRow(ctx, s.q.decide,
+			s.nowParam(), peek,
+			b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst,
+			b.cDecision, b.cSlot, b.cCost, b.cCountAll, b.cShadow,
+		).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS)
+		var pgErr *pgconn.PgError
+		if err != nil && attempt < maxAttempts && errors.As(err, &pgErr) && pgErr.Code == "40001" && ctx.Err() == nil {
+			continue
+		}
+		break
+	}
+	if err != nil {
+		return fmt.Errorf("postgres decide: %w", err)
+	}
+	if len(b.allowed) != n || len(b.remaining) != n || len(b.resetUS) != n || len(b.retryUS) != n {
+		return fmt.Errorf("postgres decide: %d results for %d checks", len(b.allowed), n)
+	}
+	b.fill(ds)
+	return nil
+}
+
+// batch holds the arguments and answers of one decide call. Batches are
+// pooled so that a decision allocates little besides what pgx needs.
+type batch struct {
+	// Slots: the distinct counters, sorted by (rule, key).
+	sRule, sKey                      []string
+	sAlg                             []int16
+	sLimit, sWindow, sBucket, sBurst []int64
+	// Checks, in the order of the decisions and their checks.
+	cDecision, cSlot   []int32
+	cCost              []int64
+	cCountAll, cShadow []bool
+	params             []limiter.Params // per slot
+	// Answers.
+	nowUS                       int64
+	allowed                     []bool
+	remaining, resetUS, retryUS []int64
+
+	// Scratch for building: slots in first-seen order, each check's slot
+	// in that order, and a map for large batches.
+	raw   []rawSlot
+	slot  []int32
+	order []int32
+	rank  []int32
+	index map[slotKey]int32
+}
+
+type slotKey struct{ rule, key string }
+
+type rawSlot struct {
+	slotKey
+	check limiter.Check
+	p     limiter.Params
+}
+
+var batchPool = sync.Pool{New: func() any { return new(batch) }}
+
+// linearLimit is the batch size up to which slots are found by a linear
+// scan, cheaper than a map for the few checks of one request.
+const linearLimit = 16
+
+func (b *batch) release() {
+	b.sRule, b.sKey = clear0(b.sRule), clear0(b.sKey)
+	for i := range b.raw {
+		b.raw[i] = rawSlot{}
+	}
+	b.raw = b.raw[:0]
+	clear(b.index)
+	batchPool.Put(b)
+}
+
+// clear0 empties a string slice without keeping its strings reachable.
+func clear0(s []string) []string {
+	clear(s)
+	return s[:0]
+}
+
+// build fills the slot and check arrays from ds and returns the number of
+// checks. Overrides come from ov.
+func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
+	b.raw = b.raw[:0]
+	b.slot = b.slot[:0]
+	b.cDecision, b.cCost, b.cCountAll, b.cShadow = b.cDecision[:0], b.cCost[:0], b.cCountAll[:0], b.cShadow[:0]
+	total := 0
+	for _, d := range ds {
+		if len(d.Results) != len(d.Checks) {
+			return 0, fmt.Errorf("%d results for %d checks", len(d.Results), len(d.Checks))
+		}
+		total += len(d.Checks)
+	}
+	useMap := total > linearLimit
+	if useMap && b.index == nil {
+		b.index = make(map[slotKey]int32)
+	}
+	for di, d := range ds {
+		for _, c := range d.Checks {
+			if c.Rule == nil {
+				return 0, errors.New("check without a rule")
+			}
+			k := slotKey{c.Rule.Name, c.Key}
+			idx := int32(-1)
+			if useMap {
+				if i, ok := b.index[k]; ok {
+					idx = i
+				}
+			} else {
+				for i := range b.raw {
+					if b.raw[i].slotKey == k {
+						idx = int32(i)
+						break
+					}
+				}
+			}
+			if idx < 0 {
+				p := ov.params(c.Rule, c.Key)
+				if err := p.Validate(c.Rule.Algorithm); err != nil {
+					return 0, fmt.Errorf("rule %q: %w", c.Rule.Name, err)
+				}
+				idx = int32(len(b.raw))
+				b.raw = append(b.raw, rawSlot{slotKey: k, check: c, p: p})
+				if useMap {
+					b.index[k] = idx
+				}
+			} else if first := b.raw[idx].check.Rule; first != c.Rule && first.Algorithm != c.Rule.Algorithm {
+				return 0, fmt.Errorf("rule %q appears with two algorithms in one batch", c.Rule.Name)
+			}
+			b.slot = append(b.slot, idx)
+			b.cDecision = append(b.cDecision, int32(di))
+			b.cCost = append(b.cCost, max(1, c.Rule.Cost))
+			b.cCountAll = append(b.cCountAll, c.Rule.CountAll)
+			b.cShadow = append(b.cShadow, c.Rule.Shadow)
+		}
+	}
+
+	// Sort the slots by (rule, key) in byte order, the "C" collation order
+	// in which the database inserts and locks them.
+	ns := len(b.raw)
+	b.order = b.order[:0]
+	for i := range ns {
+		b.order = append(b.order, int32(i))
+	}
+	slices.SortFunc(b.order, func(x, y int32) int {
+		if c := cmp.Compare(b.raw[x].rule, b.raw[y].rule); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.raw[x].key, b.raw[y].key)
+	})
+	b.rank = slices.Grow(b.rank[:0], ns)[:ns]
+	b.sRule, b.sKey, b.sAlg = b.sRule[:0], b.sKey[:0], b.sAlg[:0]
+	b.sLimit, b.sWindow, b.sBucket, b.sBurst = b.sLimit[:0], b.sWindow[:0], b.sBucket[:0], b.sBurst[:0]
+	b.params = b.params[:0]
+	for pos, i := range b.order {
+		r := &b.raw[i]
+		b.rank[i] = int32(pos + 1) // the SQL arrays are 1-based
+		b.sRule = append(b.sRule, r.rule)
+		b.sKey = append(b.sKey, r.key)
+		b.sAlg = append(b.sAlg, int16(r.check.Rule.Algorithm))
+		b.sLimit = append(b.sLimit, r.p.Limit)
+		b.sWindow = append(b.sWindow, r.p.Window.Microseconds())
+		b.sBucket = append(b.sBucket, r.p.Bucket.Microseconds())
+		b.sBurst = append(b.sBurst, r.p.Burst)
+		b.params = append(b.params, r.p)
+	}
+	b.cSlot = b.cSlot[:0]
+	for _, idx := range b.slot {
+		b.cSlot = append(b.cSlot, b.rank[idx])
+	}
+	return len(b.slot), nil
+}
+
+// fill turns the database's answer into the decisions' Results.
+func (b *batch) fill(ds []Decision) {
+	q := 0
+	for di := range ds {
+		d := &ds[di]
+		for j := range d.Checks {
+			p := &b.params[b.cSlot[q]-1]
+			reset := b.resetUS[q]
+			d.Results[j] = limiter.Result{
+				Allowed:    b.allowed[q],
+				Limit:      p.Limit,
+				Window:     p.Window,
+				Remaining:  max(0, b.remaining[q]),
+				Reset:      time.UnixMicro(reset).UTC(),
+				ResetAfter: time.Duration(max(0, reset-b.nowUS)) * time.Microsecond,
+				RetryAfter: time.Duration(max(0, b.retryUS[q])) * time.Microsecond,
+			}
+			q++
+		}
+		d.Allowed = limiter.Allowed(d.Checks, d.Results)
+	}
+}

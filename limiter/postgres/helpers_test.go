@@ -1,0 +1,126 @@
+package postgres_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// base is a round instant: windows of a second to a day start at it.
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// clock is a settable clock for Options.Now.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock(t time.Time) *clock { return &clock{now: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// open returns a Store on pool and db's schema; now nil means the database
+// clock.
+func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time, opts ...func(*postgres.Options)) *postgres.Store {
+	t.Helper()
+	if pool == nil {
+		pool = db.Pool
+	}
+	o := postgres.Options{Schema: db.Schema, Now: now}
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := postgres.New(context.Background(), pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func fixed(name string, limit int64, window time.Duration) *policy.Rule {
+	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Fixed, Cost: 1}
+}
+
+func resetRule(name string, limit int64, window time.Duration) *policy.Rule {
+	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Reset, Cost: 1}
+}
+
+func sliding(name string, limit int64, window, bucket time.Duration) *policy.Rule {
+	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Sliding, Bucket: bucket, Cost: 1}
+}
+
+func token(name string, limit int64, window time.Duration) *policy.Rule {
+	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Token, Burst: limit, Cost: 1}
+}
+
+// algos makes one rule of each algorithm.
+var algos = []struct {
+	name string
+	make func(name string, limit int64, window time.Duration) *policy.Rule
+}{
+	{"fixed", fixed},
+	{"reset", resetRule},
+	{"sliding", func(n string, l int64, w time.Duration) *policy.Rule { return sliding(n, l, w, time.Second) }},
+	{"token", token},
+}
+
+func chk(r *policy.Rule, key string) limiter.Check { return limiter.Check{Rule: r, Key: key} }
+
+// decide makes one decision and fails t on an error.
+func decide(t testing.TB, s limiter.Store, cs ...limiter.Check) (bool, []limiter.Result) {
+	t.Helper()
+	res := make([]limiter.Result, len(cs))
+	ok, err := s.Decide(context.Background(), cs, res)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return ok, res
+}
+
+// rowCount returns the number of counter rows in db's schema.
+func rowCount(t testing.TB, db *pgtest.DB) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wait waits for wg, failing t after d (a deadlock would hang otherwise).
+func wait(t *testing.T, wg *sync.WaitGroup, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("decisions did not finish within %v", d)
+	}
+}

@@ -1,0 +1,2 @@
+-- The overrides' generation, bumped by a trigger on every change.
+SELECT generation FROM {{schema}}.override_epoch

@@ -1,0 +1,1 @@
+SELECT rule, key, "limit", window_us FROM {{schema}}.overrides

@@ -1,0 +1,595 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// TestExactAcrossInstances: 200 concurrent decisions on one key with limit
+// 5, spread over three instances with pools of their own, let exactly 5
+// through, for each algorithm, on the test clock and on the database clock.
+func TestExactAcrossInstances(t *testing.T) {
+	const goroutines, limit, instances = 200, 5, 3
+	for _, dbClock := range []bool{false, true} {
+		for _, a := range algos {
+			if dbClock && a.name == "fixed" {
+				continue // a day-aligned window could roll over mid-test on the real clock
+			}
+			name := a.name
+			if dbClock {
+				name += "/dbclock"
+			}
+			t.Run(name, func(t *testing.T) {
+				db := pgtest.New(t)
+				var now func() time.Time
+				if !dbClock {
+					now = newClock(base).Now
+				}
+				stores := make([]*postgres.Store, instances)
+				for i := range stores {
+					stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 6), now)
+				}
+				r := a.make("hot", limit, 24*time.Hour)
+				var (
+					allowed, failed atomic.Int64
+					wg              sync.WaitGroup
+					start           = make(chan struct{})
+				)
+				for g := range goroutines {
+					wg.Go(func() {
+						<-start
+						res := make([]limiter.Result, 1)
+						ok, err := stores[g%instances].Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+						if err != nil {
+							failed.Add(1)
+							t.Errorf("Decide: %v", err)
+						} else if ok {
+							allowed.Add(1)
+						}
+					})
+				}
+				close(start)
+				wait(t, &wg, 60*time.Second)
+				if failed.Load() > 0 || allowed.Load() != limit {
+					t.Errorf("allowed %d with %d errors, want exactly %d allowed", allowed.Load(), failed.Load(), limit)
+				}
+			})
+		}
+	}
+}
+
+// TestOppositeOrders makes 1,000 decisions in parallel over three
+// instances whose checks name the same counters in every order (all six
+// permutations of three rules), some on hot keys and some on keys that do
+// not exist yet, so rows are inserted and locked concurrently in
+// conflicting orders. There must be no error at all (a deadlock would be
+// one) and every count must be exact.
+func TestOppositeOrders(t *testing.T) {
+	const decisions, workers, instances = 1000, 24, 3
+	db := pgtest.New(t)
+	now := newClock(base.Add(time.Hour)).Now
+	stores := make([]*postgres.Store, instances)
+	for i := range stores {
+		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 8), now)
+	}
+	a := fixed("a", 600, 24*time.Hour) // binds: 600 of 1,000
+	b := token("b", 10_000, 24*time.Hour)
+	c := sliding("c", 10_000, time.Hour, time.Minute)
+	perms := [][3]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
+	sets := make([][]limiter.Check, decisions)
+	for i := range sets {
+		// a and b on hot keys; c on a key shared by a handful of decisions,
+		// created by whichever of them comes first.
+		cs := [3]limiter.Check{chk(a, "hot"), chk(b, fmt.Sprintf("b%d", i%2)), chk(c, fmt.Sprintf("c%d", i/4))}
+		p := perms[i%len(perms)]
+		sets[i] = []limiter.Check{cs[p[0]], cs[p[1]], cs[p[2]]}
+	}
+	var (
+		allowed = make([]bool, decisions)
+		errs    atomic.Int64
+		next    atomic.Int64
+		wg      sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			res := make([]limiter.Result, 3)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= decisions {
+					return
+				}
+				ok, err := stores[w%instances].Decide(context.Background(), sets[i], res)
+				if err != nil {
+					if errs.Add(1) <= 3 {
+						t.Errorf("decision %d: %v", i, err)
+					}
+					continue
+				}
+				allowed[i] = ok
+			}
+		})
+	}
+	wait(t, &wg, 60*time.Second)
+	if errs.Load() > 0 {
+		t.Fatalf("%d decisions failed", errs.Load())
+	}
+	want := map[string]int64{}
+	total := 0
+	for i, ok := range allowed {
+		if !ok {
+			continue
+		}
+		total++
+		for _, c := range sets[i] {
+			want[c.Rule.Name+"/"+c.Key]++
+		}
+	}
+	if total != 600 {
+		t.Errorf("allowed %d decisions, want exactly 600", total)
+	}
+	// Every counter holds exactly the decisions it was allowed in.
+	for _, s := range stores[:1] {
+		for id, n := range want {
+			var rule *policy.Rule
+			var key string
+			switch id[0] {
+			case 'a':
+				rule, key = a, id[2:]
+			case 'b':
+				rule, key = b, id[2:]
+			default:
+				rule, key = c, id[2:]
+			}
+			res, err := s.Peek(context.Background(), chk(rule, key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			used := rule.Limit - res.Remaining
+			if rule == a || rule == c {
+				if used != n {
+					t.Errorf("counter %s used %d, want %d", id, used, n)
+				}
+			} else if used != n { // token: burst = limit, no refill within a day's slice of a test
+				t.Errorf("counter %s used %d, want %d", id, used, n)
+			}
+		}
+	}
+}
+
+// TestDurability: the limit holds after every instance restarts (new pool,
+// new Store, same schema).
+func TestDurability(t *testing.T) {
+	for _, a := range algos {
+		t.Run(a.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			clk := newClock(base.Add(time.Minute))
+			r := a.make("login", 3, 15*time.Minute)
+
+			pool := pgtest.NewPool(t, db.URL, 2)
+			s := open(t, db, pool, clk.Now)
+			for i := range 3 {
+				if ok, _ := decide(t, s, chk(r, "k")); !ok {
+					t.Fatalf("decision %d denied", i+1)
+				}
+			}
+			pool.Close() // the instance goes away
+
+			s2 := open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
+			clk.Advance(time.Second)
+			ok, res := decide(t, s2, chk(r, "k"))
+			if ok || res[0].RetryAfter <= 0 {
+				t.Fatalf("after restart: allowed=%v RetryAfter=%v, want denied with a wait", ok, res[0].RetryAfter)
+			}
+		})
+	}
+}
+
+// TestRetryAfterWholeSeconds: a retry at the Retry-After a client sees (the
+// wait rounded up to whole seconds) is allowed, one second earlier it is
+// not; the database's clock is moved through Options.Now.
+func TestRetryAfterWholeSeconds(t *testing.T) {
+	for _, a := range algos {
+		t.Run(a.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			clk := newClock(base.Add(10*time.Second + 300*time.Millisecond))
+			s := open(t, db, nil, clk.Now)
+			r := a.make("login", 2, time.Minute)
+			decide(t, s, chk(r, "k"))
+			decide(t, s, chk(r, "k"))
+			ok, res := decide(t, s, chk(r, "k"))
+			if ok {
+				t.Fatal("third decision allowed")
+			}
+			header := (res[0].RetryAfter + time.Second - 1) / time.Second * time.Second // what Retry-After says
+			denied := clk.Now()
+
+			// One second before: denied. Decisions that are denied consume
+			// nothing, so probing does not move the answer.
+			clk.Set(denied.Add(header - time.Second))
+			if ok, _ := decide(t, s, chk(r, "k")); ok {
+				t.Errorf("retry %v after the denial (Retry-After %v) was allowed", header-time.Second, header)
+			}
+			clk.Set(denied.Add(header))
+			if ok, _ := decide(t, s, chk(r, "k")); !ok {
+				t.Errorf("retry at Retry-After (%v) was denied", header)
+			}
+		})
+	}
+}
+
+// TestDatabaseClock: with Options.Now nil the store counts on the
+// database's clock, so a gateway whose own clock is 30 s off decides
+// exactly like one whose clock is right. A store that were handed the
+// skewed clock would report instants 30 s off, which this test detects.
+func TestDatabaseClock(t *testing.T) {
+	db := pgtest.New(t)
+	skew := 30 * time.Second
+	gatewayNow := func() time.Time { return time.Now().Add(skew) } // the skewed gateway's clock
+	r := resetRule("r", 5, time.Minute)
+	ctx := context.Background()
+
+	dbNow := func() time.Time {
+		var ts time.Time
+		if err := db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&ts); err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	// instant returns the clock a decision used: a reset window starts at
+	// the first request, so Reset - W is the decision's instant.
+	instant := func(s *postgres.Store, key string) time.Time {
+		_, res := decide(t, s, chk(r, key))
+		return res[0].Reset.Add(-r.Window)
+	}
+	within := func(at, lo, hi time.Time) bool { return !at.Before(lo) && !at.After(hi) }
+
+	right := open(t, db, nil, nil)
+	skewed := open(t, db, nil, nil) // the skewed gateway: its clock is not the store's
+	before := dbNow()
+	a, b := instant(right, "a"), instant(skewed, "b")
+	after := dbNow()
+	if !within(a, before, after) || !within(b, before, after) {
+		t.Errorf("decisions at %v and %v, want both within the database's [%v, %v]", a, b, before, after)
+	}
+	// The two gateways share one count on one key.
+	for i := range 5 {
+		s := right
+		if i%2 == 1 {
+			s = skewed
+		}
+		decide(t, s, chk(r, "shared"))
+	}
+	if ok, _ := decide(t, skewed, chk(r, "shared")); ok {
+		t.Error("sixth decision over two gateways was allowed")
+	}
+
+	// Control: passing the gateway's clock would be visible.
+	wrong := open(t, db, nil, gatewayNow)
+	if c := instant(wrong, "c"); within(c, before, dbNow()) {
+		t.Errorf("a store on a clock %v ahead decided at %v, inside the database's time: the test cannot tell clocks apart", skew, c)
+	}
+}
+
+// TestNoRowsForDenials: decisions that consume nothing leave no rows, so a
+// flood of denied requests from new keys does not grow the table.
+func TestNoRowsForDenials(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, nil, newClock(base).Now)
+	ip := fixed("ip", 1, time.Minute)
+	email := sliding("email", 3, time.Hour, time.Minute)
+	decide(t, s, chk(ip, "1.2.3.4"))
+	for i := range 50 {
+		if ok, _ := decide(t, s, chk(ip, "1.2.3.4"), chk(email, fmt.Sprintf("e%d", i))); ok {
+			t.Fatal("over-limit ip allowed")
+		}
+	}
+	big := &policy.Rule{Name: "big", Limit: 2, Window: time.Minute, Algorithm: policy.Token, Burst: 2, Cost: 3}
+	for i := range 20 {
+		decide(t, s, chk(big, fmt.Sprintf("n%d", i)))
+	}
+	if n := rowCount(t, db); n != 1 {
+		t.Errorf("%d rows after denials from new keys, want 1", n)
+	}
+}
+
+// TestBatchSequential: decisions of one batch are applied in order, the
+// same counter may appear in several, and each sees the previous state.
+func TestBatchSequential(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, nil, newClock(base).Now)
+	a := fixed("a", 3, time.Minute)
+	b := fixed("b", 10, time.Minute)
+	var ds []postgres.Decision
+	for i := range 5 {
+		cs := []limiter.Check{chk(a, "k"), chk(b, fmt.Sprint(i%2))}
+		if i%2 == 1 {
+			cs[0], cs[1] = cs[1], cs[0]
+		}
+		ds = append(ds, postgres.Decision{Checks: cs, Results: make([]limiter.Result, 2)})
+	}
+	if err := s.DecideBatch(context.Background(), ds); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		want := i < 3
+		if d.Allowed != want {
+			t.Errorf("decision %d allowed=%v, want %v", i, d.Allowed, want)
+		}
+		ra := d.Results[0]
+		if i%2 == 1 {
+			ra = d.Results[1]
+		}
+		if wantRem := max(0, int64(2-i)); ra.Remaining != wantRem {
+			t.Errorf("decision %d: a remaining %d, want %d", i, ra.Remaining, wantRem)
+		}
+	}
+	// b:0 took decisions 0 and 2; b:1 took decision 1.
+	for key, want := range map[string]int64{"0": 8, "1": 9} {
+		res, err := s.Peek(context.Background(), chk(b, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Remaining != want {
+			t.Errorf("b:%s remaining %d, want %d", key, res.Remaining, want)
+		}
+	}
+}
+
+// TestPeekAndReset: Peek consumes nothing; Reset forgets a counter.
+func TestPeekAndReset(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, nil, newClock(base).Now)
+	r := fixed("r", 2, time.Minute)
+	ctx := context.Background()
+	for range 3 {
+		res, err := s.Peek(ctx, chk(r, "k"))
+		if err != nil || !res.Allowed || res.Remaining != 2 {
+			t.Fatalf("Peek on a fresh key = %+v, %v", res, err)
+		}
+	}
+	if n := rowCount(t, db); n != 0 {
+		t.Errorf("Peek left %d rows", n)
+	}
+	decide(t, s, chk(r, "k"))
+	decide(t, s, chk(r, "k"))
+	if res, _ := s.Peek(ctx, chk(r, "k")); res.Allowed || res.Remaining != 0 || res.RetryAfter != time.Minute {
+		t.Errorf("Peek at the limit = %+v", res)
+	}
+	if err := s.Reset(ctx, "r", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, res := decide(t, s, chk(r, "k")); !ok || res[0].Remaining != 1 {
+		t.Errorf("after Reset: allowed=%v remaining=%d", ok, res[0].Remaining)
+	}
+}
+
+// TestRowDeletedUnderDecision: a counter row deleted (by cleanup or Reset)
+// between the decision's insert and lock steps makes the database abort
+// the attempt, and the store retries it transparently.
+func TestRowDeletedUnderDecision(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, nil, newClock(base).Now)
+	r := fixed("r", 5, time.Minute)
+	decide(t, s, chk(r, "k"))
+	ctx := context.Background()
+
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+counters+" WHERE rule = 'r' AND key = 'k' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		ok  bool
+		res limiter.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res := make([]limiter.Result, 1)
+		ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
+		done <- answer{ok, res[0], err}
+	}()
+	// Wait until the decision waits for our row lock, then delete the row.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%decide(%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the decision never waited for the row lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM "+counters+" WHERE rule = 'r' AND key = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("Decide after the row vanished: %v", a.err)
+	}
+	if !a.ok || a.res.Remaining != 4 {
+		t.Errorf("Decide after the row vanished: allowed=%v remaining=%d, want a fresh counter (4)", a.ok, a.res.Remaining)
+	}
+}
+
+// TestResetUnderLoad: resets racing with decisions cause no errors.
+func TestResetUnderLoad(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, pgtest.NewPool(t, db.URL, 8), newClock(base).Now)
+	r := token("r", 1_000_000, time.Hour)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	for range 6 {
+		wg.Go(func() {
+			res := make([]limiter.Result, 1)
+			for ctx.Err() == nil {
+				if _, err := s.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res); err != nil {
+					t.Errorf("Decide: %v", err)
+					return
+				}
+			}
+		})
+	}
+	for range 200 {
+		if err := s.Reset(context.Background(), "r", "k"); err != nil {
+			t.Error(err)
+		}
+	}
+	cancel()
+	wait(t, &wg, 30*time.Second)
+}
+
+// TestExecModes: the store works in every pgx query exec mode, including
+// those a transaction-mode pooler needs, chosen in the connection string.
+func TestExecModes(t *testing.T) {
+	db := pgtest.New(t)
+	modes := []struct {
+		name string
+		want pgx.QueryExecMode
+	}{
+		{"cache_statement", pgx.QueryExecModeCacheStatement},
+		{"cache_describe", pgx.QueryExecModeCacheDescribe},
+		{"describe_exec", pgx.QueryExecModeDescribeExec},
+		{"exec", pgx.QueryExecModeExec},
+		{"simple_protocol", pgx.QueryExecModeSimpleProtocol},
+	}
+	for _, m := range modes {
+		mode := m.name
+		t.Run(mode, func(t *testing.T) {
+			sep := "?"
+			if strings.Contains(db.URL, "?") {
+				sep = "&"
+			}
+			pool := pgtest.NewPool(t, db.URL+sep+"default_query_exec_mode="+mode, 2)
+			if got := pool.Config().ConnConfig.DefaultQueryExecMode; got != m.want {
+				t.Fatalf("pool runs in mode %v, want %v", got, m.want)
+			}
+			clk := newClock(base)
+			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = -1 })
+			ctx := context.Background()
+			rules := []*policy.Rule{fixed(mode+"-f", 3, time.Minute), sliding(mode+"-s", 3, time.Minute, time.Second),
+				resetRule(mode+"-r", 3, time.Minute), token(mode+"-t", 3, time.Minute)}
+			cs := make([]limiter.Check, len(rules))
+			for i, r := range rules {
+				cs[i] = chk(r, `k"{},\ é`) // array-literal metacharacters in a key
+			}
+			for i := range 4 {
+				ok, _ := decide(t, s, cs...)
+				if ok != (i < 3) {
+					t.Errorf("decision %d allowed=%v", i+1, ok)
+				}
+			}
+			if err := s.SetOverride(ctx, rules[0].Name, "o", 1, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteOverride(ctx, rules[0].Name, "o"); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Hour)
+			if _, err := s.Cleanup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestNewUnmigrated: New on a schema without sluice's tables says so.
+func TestNewUnmigrated(t *testing.T) {
+	db := pgtest.New(t)
+	_, err := postgres.New(context.Background(), db.Pool, postgres.Options{Schema: "no_such_schema_here"})
+	if err == nil {
+		t.Fatal("New accepted a schema that is not migrated")
+	}
+	if _, err := postgres.New(context.Background(), db.Pool, postgres.Options{Schema: "Bad"}); err == nil {
+		t.Fatal("New accepted an invalid schema name")
+	}
+}
+
+// TestPing fails once the tables are gone.
+func TestPing(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, nil, nil)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "DROP TABLE "+pgx.Identifier{db.Schema, "override_epoch"}.Sanitize()+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("Ping succeeded without the schema's tables")
+	}
+}
+
+// TestRandomAgainstSequential compares random batches with the same
+// decisions made one by one on another schema.
+func TestRandomAgainstSequential(t *testing.T) {
+	dbA, dbB := pgtest.New(t), pgtest.New(t)
+	clk := newClock(base)
+	batched, single := open(t, dbA, nil, clk.Now), open(t, dbB, nil, clk.Now)
+	rules := []*policy.Rule{
+		fixed("f", 4, 10*time.Second), resetRule("r", 3, 7*time.Second),
+		sliding("s", 5, 10*time.Second, 2*time.Second), token("t", 4, 8*time.Second),
+		{Name: "ca", Limit: 3, Window: 10 * time.Second, Algorithm: policy.Fixed, Cost: 2, CountAll: true},
+		{Name: "sh", Limit: 2, Window: 10 * time.Second, Algorithm: policy.Sliding, Bucket: time.Second, Cost: 1, Shadow: true},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ctx := context.Background()
+	for round := range 60 {
+		clk.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		var ds []postgres.Decision
+		for range 1 + rng.IntN(6) {
+			var cs []limiter.Check
+			for _, i := range rng.Perm(len(rules))[:1+rng.IntN(3)] {
+				cs = append(cs, chk(rules[i], fmt.Sprint(rng.IntN(2))))
+			}
+			ds = append(ds, postgres.Decision{Checks: cs, Results: make([]limiter.Result, len(cs))})
+		}
+		if err := batched.DecideBatch(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range ds {
+			res := make([]limiter.Result, len(d.Checks))
+			ok, err := single.Decide(ctx, d.Checks, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != d.Allowed {
+				t.Fatalf("round %d decision %d: batched allowed=%v, one by one %v", round, i, d.Allowed, ok)
+			}
+			for j := range res {
+				if res[j] != d.Results[j] {
+					t.Fatalf("round %d decision %d check %d:\n batched %+v\n single  %+v", round, i, j, d.Results[j], res[j])
+				}
+			}
+		}
+	}
+}

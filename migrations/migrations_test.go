@@ -1,0 +1,243 @@
+package migrations_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+)
+
+func TestValidateSchema(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"sluice", true},
+		{"_x", true},
+		{"t_0123abcd", true},
+		{strings.Repeat("a", 63), true},
+		{strings.Repeat("a", 64), false},
+		{"", false},
+		{"Sluice", false},
+		{"1abc", false},
+		{"a-b", false},
+		{"a b", false},
+		{`a"; DROP TABLE x; --`, false},
+		{"pg_temp", false},
+	}
+	for _, tt := range tests {
+		err := migrations.ValidateSchema(tt.name)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateSchema(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}
+
+func FuzzValidateSchema(f *testing.F) {
+	for _, s := range []string{"sluice", "a\"b", "", "x_1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if migrations.ValidateSchema(name) != nil {
+			return
+		}
+		// An accepted name needs no quoting, so it cannot carry SQL.
+		if q := (pgx.Identifier{name}).Sanitize(); q != `"`+name+`"` {
+			t.Fatalf("accepted %q quotes as %s", name, q)
+		}
+	})
+}
+
+func TestLoad(t *testing.T) {
+	ms, err := migrations.Load("my_schema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < 3 {
+		t.Fatalf("got %d migrations, want at least 3", len(ms))
+	}
+	for i, m := range ms {
+		if m.Version != i+1 {
+			t.Errorf("migration %d has version %d", i, m.Version)
+		}
+		if strings.Contains(m.SQL, migrations.Placeholder) {
+			t.Errorf("%04d_%s: placeholder left in SQL", m.Version, m.Name)
+		}
+		if !strings.Contains(m.SQL, `"my_schema".`) {
+			t.Errorf("%04d_%s: objects not qualified with the schema", m.Version, m.Name)
+		}
+		if strings.Contains(strings.ToLower(m.SQL), "public.") {
+			t.Errorf("%04d_%s: mentions the public schema", m.Version, m.Name)
+		}
+	}
+	if _, err := migrations.Load("Bad-Name"); err == nil {
+		t.Error("Load accepted an invalid schema name")
+	}
+}
+
+func TestAdvisoryLockKey(t *testing.T) {
+	if migrations.AdvisoryLockKey("migrate", "a") == migrations.AdvisoryLockKey("migrate", "b") {
+		t.Error("two schemas share a lock key")
+	}
+	if migrations.AdvisoryLockKey("migrate", "a") == migrations.AdvisoryLockKey("cleanup", "a") {
+		t.Error("two purposes share a lock key")
+	}
+}
+
+// freshSchema returns an unused schema name that is dropped after the test.
+func freshSchema(t *testing.T) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	schema := "m_" + hex.EncodeToString(b[:])
+	pool := pgtest.NewPool(t, pgtest.URL(), 1)
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	return schema
+}
+
+// TestUpConcurrent starts 20 instances, each with its own pool, on one empty
+// schema at once: all must succeed and each migration must be applied once.
+func TestUpConcurrent(t *testing.T) {
+	schema := freshSchema(t)
+	want, err := migrations.Load(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const instances = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	pools := make([]*pgxpool.Pool, instances)
+	for i := range pools {
+		pools[i] = pgtest.NewPool(t, pgtest.URL(), 1)
+	}
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		applied = make([]int, instances)
+		errs    = make([]error, instances)
+	)
+	for i := range instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			applied[i], errs[i] = migrations.Up(ctx, pools[i], schema)
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	total := 0
+	for i := range instances {
+		if errs[i] != nil {
+			t.Errorf("instance %d: %v", i, errs[i])
+		}
+		total += applied[i]
+	}
+	if total != len(want) {
+		t.Errorf("instances applied %d migrations in total, want %d (each once)", total, len(want))
+	}
+
+	pool := pools[0]
+	rows, err := pool.Query(ctx, "SELECT version, count(*) OVER (PARTITION BY version) FROM "+
+		pgx.Identifier{schema, "schema_migrations"}.Sanitize()+" ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var versions []int
+	for rows.Next() {
+		var v, n int
+		if err := rows.Scan(&v, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("version %d recorded %d times", v, n)
+		}
+		versions = append(versions, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(versions) != len(want) {
+		t.Errorf("recorded versions %v, want 1..%d", versions, len(want))
+	}
+
+	// Everything sluice created is in the schema, nothing in public.
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+		WHERE s.nspname = $1 AND c.relname IN ('counters', 'overrides', 'override_epoch', 'schema_migrations')`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 {
+		t.Errorf("found %d of sluice's 4 tables in schema %s", n, schema)
+	}
+
+	// A second run finds nothing to do, and the advisory lock was released.
+	again, err := migrations.Up(ctx, pool, schema)
+	if err != nil || again != 0 {
+		t.Errorf("second Up = %d, %v; want 0, nil", again, err)
+	}
+	var held int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1",
+		migrations.AdvisoryLockKey("migrate", schema)).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Errorf("migration lock still held by %d sessions", held)
+	}
+}
+
+// TestUpSchemasIndependent shows that a migration holding one schema's lock
+// does not block another schema's.
+func TestUpSchemasIndependent(t *testing.T) {
+	a, b := freshSchema(t), freshSchema(t)
+	pool := pgtest.NewPool(t, pgtest.URL(), 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrations.AdvisoryLockKey("migrate", a)); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", migrations.AdvisoryLockKey("migrate", a))
+
+	bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer bcancel()
+	if n, err := migrations.Up(bctx, pool, b); err != nil || n == 0 {
+		t.Fatalf("Up(%s) while %s is locked = %d, %v", b, a, n, err)
+	}
+
+	// And the locked schema does wait: Up gives up when its context ends.
+	actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer acancel()
+	if _, err := migrations.Up(actx, pool, a); err == nil {
+		t.Fatalf("Up(%s) succeeded while another session held its lock", a)
+	}
+}
+
+func TestUpRejectsBadSchema(t *testing.T) {
+	pool := pgtest.NewPool(t, pgtest.URL(), 1)
+	if _, err := migrations.Up(context.Background(), pool, "public; DROP"); err == nil {
+		t.Fatal("Up accepted an invalid schema name")
+	}
+}
