@@ -1,0 +1,235 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
+)
+
+// settings mirrors SPEC section 2: every variable sluice reads, with its
+// default. Values are validated in one pass by load.
+type settings struct {
+	Upstream       string        `env:"SLUICE_UPSTREAM"`
+	Routes         string        `env:"SLUICE_ROUTES"`
+	Listen         string        `env:"SLUICE_LISTEN" envDefault:":8080"`
+	AdminListen    string        `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090"`
+	DatabaseURL    string        `env:"SLUICE_DATABASE_URL"`
+	DatabaseURLAlt string        `env:"DATABASE_URL"`
+	DBSchema       string        `env:"SLUICE_DB_SCHEMA" envDefault:"sluice"`
+	AutoMigrate    bool          `env:"SLUICE_AUTO_MIGRATE" envDefault:"true"`
+	Rules          string        `env:"SLUICE_RULES"`
+	RulesFile      string        `env:"SLUICE_RULES_FILE"`
+	HashKey        string        `env:"SLUICE_HASH_KEY"`
+	TrustedProxies string        `env:"SLUICE_TRUSTED_PROXIES"`
+	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"open"`
+	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
+	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
+	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
+	Headers        string        `env:"SLUICE_HEADERS" envDefault:"ietf,x"`
+	AdminToken     string        `env:"SLUICE_ADMIN_TOKEN"`
+	LogLevel       string        `env:"SLUICE_LOG_LEVEL" envDefault:"info"`
+	LogFormat      string        `env:"SLUICE_LOG_FORMAT" envDefault:"json"`
+}
+
+// config is the validated form of settings that the rest of main wires up.
+type config struct {
+	settings
+	upstream       *url.URL
+	routes         []proxy.Route
+	databaseURL    string
+	policy         *policy.Policy
+	trusted        proxy.TrustedProxies
+	failMode       policy.FailMode
+	headers        proxy.HeaderFamilies
+	logLevel       zapcore.Level
+	hashKeyDerived bool // no SLUICE_HASH_KEY: a random per-process key is used
+}
+
+// minHashKeyBytes is the shortest SLUICE_HASH_KEY accepted. HMAC keys
+// shorter than 16 bytes make offline guessing of hashed IPs too cheap.
+const minHashKeyBytes = 16
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// load reads the environment and validates it in one pass. The error, if
+// any, lists every problem found, one per line.
+func load(environ map[string]string) (*config, error) {
+	var s settings
+	var problems []string
+	unparsed := map[string]bool{} // variables whose syntax was wrong: no range checks for them
+	if err := env.ParseWithOptions(&s, env.Options{Environment: environ}); err != nil {
+		var msgs []string
+		msgs, unparsed = envProblems(err, environ)
+		problems = append(problems, msgs...)
+	}
+	c := &config{settings: s}
+
+	if s.Upstream == "" {
+		problems = append(problems, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000")
+	} else if u, err := proxy.ParseUpstream(s.Upstream); err != nil {
+		problems = append(problems, "SLUICE_UPSTREAM: "+err.Error())
+	} else {
+		c.upstream = u
+	}
+	if routes, err := proxy.ParseRoutes(s.Routes); err != nil {
+		problems = append(problems, "SLUICE_ROUTES: "+err.Error())
+	} else {
+		c.routes = routes
+	}
+
+	for _, l := range []struct{ name, addr string }{
+		{"SLUICE_LISTEN", s.Listen},
+		{"SLUICE_ADMIN_LISTEN", s.AdminListen},
+	} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: expected host:port such as :8080, got %q", l.name, l.addr))
+		}
+	}
+	if s.Listen == s.AdminListen {
+		problems = append(problems, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener")
+	}
+
+	c.databaseURL = s.DatabaseURL
+	if c.databaseURL == "" {
+		c.databaseURL = s.DatabaseURLAlt
+	}
+	if c.databaseURL != "" {
+		if _, err := pgxpool.ParseConfig(c.databaseURL); err != nil {
+			// pgx's message may echo the connection string; name the
+			// problem without repeating a password.
+			problems = append(problems, "SLUICE_DATABASE_URL: not a valid Postgres connection string")
+		}
+		if s.HashKey == "" {
+			problems = append(problems, "SLUICE_HASH_KEY: required when a database is configured, and the same on every instance")
+		}
+	}
+	if s.HashKey != "" && len(s.HashKey) < minHashKeyBytes {
+		problems = append(problems, fmt.Sprintf("SLUICE_HASH_KEY: must be at least %d bytes, got %d", minHashKeyBytes, len(s.HashKey)))
+	}
+	c.hashKeyDerived = s.HashKey == ""
+	if !schemaName.MatchString(s.DBSchema) || s.DBSchema == "public" {
+		problems = append(problems, fmt.Sprintf("SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got %q", s.DBSchema))
+	}
+
+	src, origin, err := rulesSource(s)
+	if err != nil {
+		problems = append(problems, err.Error())
+	} else if p, err := policy.Parse(src); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			problems = append(problems, origin+": "+line)
+		}
+	} else {
+		c.policy = p
+	}
+
+	if tp, err := proxy.ParseTrustedProxies(s.TrustedProxies); err != nil {
+		problems = append(problems, "SLUICE_TRUSTED_PROXIES: "+err.Error())
+	} else {
+		c.trusted = tp
+	}
+
+	switch s.FailMode {
+	case "open":
+		c.failMode = policy.FailOpen
+	case "closed":
+		c.failMode = policy.FailClosed
+	case "local":
+		c.failMode = policy.FailLocal
+	default:
+		problems = append(problems, fmt.Sprintf("SLUICE_FAIL_MODE: expected open, closed or local, got %q", s.FailMode))
+	}
+	if s.DBTimeout <= 0 && !unparsed["SLUICE_DB_TIMEOUT"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_DB_TIMEOUT: must be positive, got %s", s.DBTimeout))
+	}
+	if s.LocalCacheSize < 0 && !unparsed["SLUICE_LOCAL_CACHE_SIZE"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got %d", s.LocalCacheSize))
+	}
+	if s.MaxBodyBytes <= 0 && !unparsed["SLUICE_MAX_BODY_BYTES"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_MAX_BODY_BYTES: must be positive, got %d", s.MaxBodyBytes))
+	}
+	if h, err := proxy.ParseHeaderFamilies(s.Headers); err != nil {
+		problems = append(problems, "SLUICE_HEADERS: "+err.Error())
+	} else {
+		c.headers = h
+	}
+	if lvl, err := zapcore.ParseLevel(s.LogLevel); err != nil {
+		problems = append(problems, fmt.Sprintf("SLUICE_LOG_LEVEL: expected debug, info, warn or error, got %q", s.LogLevel))
+	} else {
+		c.logLevel = lvl
+	}
+	if s.LogFormat != "json" && s.LogFormat != "console" {
+		problems = append(problems, fmt.Sprintf("SLUICE_LOG_FORMAT: expected json or console, got %q", s.LogFormat))
+	}
+
+	if len(problems) > 0 {
+		return nil, &configError{problems: problems}
+	}
+	return c, nil
+}
+
+// configError lists every problem found in the settings.
+type configError struct{ problems []string }
+
+func (e *configError) Error() string {
+	return fmt.Sprintf("invalid configuration (%d problems):\n  %s", len(e.problems), strings.Join(e.problems, "\n  "))
+}
+
+// rulesSource returns the rule text and where it came from, for messages.
+func rulesSource(s settings) (src, origin string, err error) {
+	switch {
+	case s.Rules != "" && s.RulesFile != "":
+		return "", "", errors.New("SLUICE_RULES and SLUICE_RULES_FILE: set one, not both")
+	case s.RulesFile != "":
+		b, err := os.ReadFile(s.RulesFile)
+		if err != nil {
+			return "", "", fmt.Errorf("SLUICE_RULES_FILE: %w", err)
+		}
+		return string(b), "SLUICE_RULES_FILE " + s.RulesFile, nil
+	default:
+		return s.Rules, "SLUICE_RULES", nil
+	}
+}
+
+// envProblems turns caarlos0/env's errors, which name Go struct fields and
+// Go types, into messages that name the variable and what it expects.
+func envProblems(err error, environ map[string]string) (msgs []string, keys map[string]bool) {
+	keys = map[string]bool{}
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return []string{err.Error()}, keys
+	}
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if !errors.As(e, &pe) {
+			msgs = append(msgs, e.Error())
+			continue
+		}
+		f, _ := reflect.TypeFor[settings]().FieldByName(pe.Name)
+		key := f.Tag.Get("env")
+		expected := "a valid value"
+		switch {
+		case pe.Type == reflect.TypeFor[time.Duration]():
+			expected = "a duration such as 50ms or 2s"
+		case pe.Type.Kind() == reflect.Bool:
+			expected = "true or false"
+		case pe.Type.Kind() == reflect.Int || pe.Type.Kind() == reflect.Int64:
+			expected = "a whole number"
+		}
+		msgs = append(msgs, fmt.Sprintf("%s: expected %s, got %q", key, expected, environ[key]))
+		keys[key] = true
+	}
+	return msgs, keys
+}

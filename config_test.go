@@ -1,0 +1,153 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// base is a valid environment each case changes.
+func base() map[string]string {
+	return map[string]string{
+		"SLUICE_UPSTREAM": "http://127.0.0.1:3000",
+		"SLUICE_RULES":    "login: POST /api/login by ip 5/15m",
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := load(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != ":8080" || c.AdminListen != "127.0.0.1:9090" || c.DBSchema != "sluice" ||
+		c.failMode != policy.FailOpen || c.DBTimeout != 50*time.Millisecond || c.LocalCacheSize != 100000 ||
+		c.MaxBodyBytes != 65536 || !c.headers.IETF || !c.headers.X || !c.AutoMigrate || c.databaseURL != "" ||
+		!c.hashKeyDerived || len(c.policy.Rules()) != 1 {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestLoadDatabaseURLFallback(t *testing.T) {
+	env := base()
+	env["DATABASE_URL"] = "postgres://u@db/x"
+	env["SLUICE_HASH_KEY"] = "0123456789abcdef0123456789abcdef"
+	c, err := load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.databaseURL != "postgres://u@db/x" {
+		t.Fatalf("DATABASE_URL not used: %q", c.databaseURL)
+	}
+	env["SLUICE_DATABASE_URL"] = "postgres://u@primary/x"
+	if c, err = load(env); err != nil || c.databaseURL != "postgres://u@primary/x" {
+		t.Fatalf("SLUICE_DATABASE_URL must win: %v %v", c, err)
+	}
+}
+
+func TestLoadRulesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules")
+	if err := os.WriteFile(path, []byte("# comment\nlogin: POST /api/login by ip 5/15m\nreset: POST /api/reset by email 3/1h sliding\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := base()
+	delete(env, "SLUICE_RULES")
+	env["SLUICE_RULES_FILE"] = path
+	c, err := load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.policy.Rules()); n != 2 {
+		t.Fatalf("got %d rules, want 2", n)
+	}
+}
+
+// TestLoadErrors keeps one fixture per configuration error with its exact
+// message.
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  map[string]string
+		want string
+	}{
+		{"upstream missing", map[string]string{"SLUICE_UPSTREAM": ""}, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000"},
+		{"upstream scheme", map[string]string{"SLUICE_UPSTREAM": "ftp://x"}, `SLUICE_UPSTREAM: expected an http:// or https:// URL, got "ftp://x"`},
+		{"upstream host", map[string]string{"SLUICE_UPSTREAM": "http://"}, `SLUICE_UPSTREAM: expected a host in "http://"`},
+		{"upstream query", map[string]string{"SLUICE_UPSTREAM": "http://a/?x=1"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://a/?x=1"`},
+		{"route syntax", map[string]string{"SLUICE_ROUTES": "billing=http://b"}, `SLUICE_ROUTES: expected /prefix/=http://host:port, got "billing=http://b"`},
+		{"route url", map[string]string{"SLUICE_ROUTES": "/b/=b:80"}, `SLUICE_ROUTES: route "/b/": expected an http:// or https:// URL, got "b:80"`},
+		{"route twice", map[string]string{"SLUICE_ROUTES": "/b/=http://b,/B=http://c"}, `SLUICE_ROUTES: prefix "/b" given twice`},
+		{"listen", map[string]string{"SLUICE_LISTEN": "8080"}, `SLUICE_LISTEN: expected host:port such as :8080, got "8080"`},
+		{"admin listen", map[string]string{"SLUICE_ADMIN_LISTEN": "localhost"}, `SLUICE_ADMIN_LISTEN: expected host:port such as :8080, got "localhost"`},
+		{"same listeners", map[string]string{"SLUICE_ADMIN_LISTEN": ":8080"}, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener"},
+		{"database url", map[string]string{"SLUICE_DATABASE_URL": "postgres://u:secret@h:notaport/x", "SLUICE_HASH_KEY": "0123456789abcdef"}, "SLUICE_DATABASE_URL: not a valid Postgres connection string"},
+		{"hash key required", map[string]string{"SLUICE_DATABASE_URL": "postgres://u@h/x"}, "SLUICE_HASH_KEY: required when a database is configured, and the same on every instance"},
+		{"hash key short", map[string]string{"SLUICE_HASH_KEY": "short"}, "SLUICE_HASH_KEY: must be at least 16 bytes, got 5"},
+		{"schema", map[string]string{"SLUICE_DB_SCHEMA": "Sluice"}, `SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got "Sluice"`},
+		{"schema public", map[string]string{"SLUICE_DB_SCHEMA": "public"}, `SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got "public"`},
+		{"rules and file", map[string]string{"SLUICE_RULES_FILE": "/x"}, "SLUICE_RULES and SLUICE_RULES_FILE: set one, not both"},
+		{"rules file missing", map[string]string{"SLUICE_RULES": "", "SLUICE_RULES_FILE": "/nonexistent/rules"}, "SLUICE_RULES_FILE: open /nonexistent/rules: no such file or directory"},
+		{"trusted proxies", map[string]string{"SLUICE_TRUSTED_PROXIES": "10.0.0.0/8,nonsense"}, "SLUICE_TRUSTED_PROXIES: "},
+		{"fail mode", map[string]string{"SLUICE_FAIL_MODE": "maybe"}, `SLUICE_FAIL_MODE: expected open, closed or local, got "maybe"`},
+		{"timeout syntax", map[string]string{"SLUICE_DB_TIMEOUT": "fast"}, `SLUICE_DB_TIMEOUT: expected a duration such as 50ms or 2s, got "fast"`},
+		{"timeout zero", map[string]string{"SLUICE_DB_TIMEOUT": "0s"}, "SLUICE_DB_TIMEOUT: must be positive, got 0s"},
+		{"cache size syntax", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "lots"}, `SLUICE_LOCAL_CACHE_SIZE: expected a whole number, got "lots"`},
+		{"cache size negative", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "-1"}, "SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got -1"},
+		{"body bytes", map[string]string{"SLUICE_MAX_BODY_BYTES": "0"}, "SLUICE_MAX_BODY_BYTES: must be positive, got 0"},
+		{"auto migrate", map[string]string{"SLUICE_AUTO_MIGRATE": "perhaps"}, `SLUICE_AUTO_MIGRATE: expected true or false, got "perhaps"`},
+		{"headers", map[string]string{"SLUICE_HEADERS": "ietf,y"}, `SLUICE_HEADERS: expected ietf, x, ietf,x or none, got "ietf,y"`},
+		{"headers none mixed", map[string]string{"SLUICE_HEADERS": "none,x"}, `SLUICE_HEADERS: none cannot be combined with other families, got "none,x"`},
+		{"log level", map[string]string{"SLUICE_LOG_LEVEL": "loud"}, `SLUICE_LOG_LEVEL: expected debug, info, warn or error, got "loud"`},
+		{"log format", map[string]string{"SLUICE_LOG_FORMAT": "xml"}, `SLUICE_LOG_FORMAT: expected json or console, got "xml"`},
+		{"rules", map[string]string{"SLUICE_RULES": "login POST /api/login by ip 5/15m"}, "SLUICE_RULES: line 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := base()
+			for k, v := range tc.set {
+				env[k] = v
+			}
+			_, err := load(env)
+			var ce *configError
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a configError, got %v", err)
+			}
+			if len(ce.problems) != 1 {
+				t.Fatalf("want exactly one problem, got %q", ce.problems)
+			}
+			got := ce.problems[0]
+			// Messages from other packages are checked by prefix; their
+			// exact text is tested where they are made.
+			prefixOnly := strings.HasSuffix(tc.want, ": ") || tc.name == "rules"
+			if (!prefixOnly && got != tc.want) || !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("problem\n got: %s\nwant: %s", got, tc.want)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("message leaks the database password: %s", err)
+			}
+		})
+	}
+}
+
+// TestLoadListsEveryProblem checks that one message lists every problem,
+// not only the first.
+func TestLoadListsEveryProblem(t *testing.T) {
+	_, err := load(map[string]string{
+		"SLUICE_FAIL_MODE":  "maybe",
+		"SLUICE_DB_TIMEOUT": "fast",
+		"SLUICE_HEADERS":    "y",
+		"SLUICE_RULES":      "login POST /api/login by ip 5/15m",
+	})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	msg := err.Error()
+	for _, want := range []string{"(5 problems)", "SLUICE_UPSTREAM", "SLUICE_FAIL_MODE", "SLUICE_DB_TIMEOUT", "SLUICE_HEADERS", "SLUICE_RULES: line 1"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q:\n%s", want, msg)
+		}
+	}
+}

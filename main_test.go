@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/migrations/pgtest"
+)
+
+func TestCheckConfig(t *testing.T) {
+	var out bytes.Buffer
+	env := base()
+	env["SLUICE_RULES"] = "login: POST /api/login by ip 5/15m; reset: POST /api/reset by email 3/1h sliding fail=closed"
+	if err := run(context.Background(), []string{"check-config"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"configuration ok", "2 rules", "NAME", "login", "reset", "5/15m", "sliding"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	env["SLUICE_FAIL_MODE"] = "sometimes"
+	if err := run(context.Background(), []string{"check-config"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_FAIL_MODE") {
+		t.Fatalf("want a configuration error, got %v", err)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	if err := run(context.Background(), []string{"frobnicate"}, base(), io.Discard); err == nil || !strings.Contains(err.Error(), `unknown command "frobnicate"`) {
+		t.Fatalf("got %v", err)
+	}
+	if err := run(context.Background(), []string{"migrate"}, base(), io.Discard); err == nil || !strings.Contains(err.Error(), "no database configured") {
+		t.Fatalf("got %v", err)
+	}
+	if err := run(context.Background(), []string{"check-config", "extra"}, base(), io.Discard); err == nil {
+		t.Fatal("extra arguments accepted")
+	}
+}
+
+// running is a gateway serving on loopback.
+type running struct {
+	url, admin string
+	stop       func() error
+}
+
+// start runs a gateway for env until the test ends (or stop is called).
+func start(t *testing.T, env map[string]string) *running {
+	t.Helper()
+	cfg, err := load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := newGateway(ctx, cfg, zap.NewNop())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	public, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.serve(ctx, public, admin) }()
+	var once sync.Once
+	var serveErr error
+	stop := func() error {
+		once.Do(func() { cancel(); serveErr = <-done })
+		return serveErr
+	}
+	t.Cleanup(func() { stop() })
+	return &running{url: "http://" + public.Addr().String(), admin: "http://" + admin.Addr().String(), stop: stop}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func TestAdminListener(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	env := base()
+	env["SLUICE_UPSTREAM"] = up.URL
+	g := start(t, env)
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/v1/rules": `"name":"login"`} {
+		if code, body := get(t, g.admin+path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("%s: %d %q", path, code, body)
+		}
+	}
+	get(t, g.url+"/api/login")
+	if code, body := get(t, g.admin+"/metrics"); code != 200 || !strings.Contains(body, "sluice_upstream_duration_seconds") {
+		t.Errorf("/metrics: %d", code)
+	}
+	// The admin API is never on the public listener.
+	if code, _ := get(t, g.url+"/healthz"); code != 200 {
+		t.Fatalf("public /healthz should be proxied: %d", code)
+	}
+}
+
+// TestGracefulShutdown: a request in flight when the gateway is told to
+// stop still completes.
+func TestGracefulShutdown(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "finished")
+	}))
+	defer up.Close()
+	env := base()
+	env["SLUICE_UPSTREAM"] = up.URL
+	g := start(t, env)
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	resc := make(chan result, 1)
+	go func() {
+		res, err := http.Post(g.url+"/api/login", "text/plain", nil)
+		if err != nil {
+			resc <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		resc <- result{code: res.StatusCode, body: string(b)}
+	}()
+	<-entered
+	stopped := make(chan error, 1)
+	go func() { stopped <- g.stop() }()
+	time.Sleep(50 * time.Millisecond) // let Shutdown close the listener
+	close(release)
+	r := <-resc
+	if r.err != nil || r.code != 200 || r.body != "finished" {
+		t.Fatalf("in-flight request: %+v", r)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+// TestInstancesShareOneDatabase: three gateways on one database let exactly
+// the limit through, and after all restart, the limit still holds.
+func TestInstancesShareOneDatabase(t *testing.T) {
+	db := pgtest.New(t)
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer up.Close()
+	env := map[string]string{
+		"SLUICE_UPSTREAM":     up.URL,
+		"SLUICE_RULES":        "login: POST /api/login by ip 5/1h",
+		"SLUICE_DATABASE_URL": db.URL,
+		"SLUICE_DB_SCHEMA":    db.Schema,
+		"SLUICE_HASH_KEY":     "shared-secret-0123456789",
+		"SLUICE_DB_TIMEOUT":   "5s", // exactness, not latency, is under test
+		"SLUICE_FAIL_MODE":    "closed",
+	}
+	var gws []*running
+	for range 3 {
+		gws = append(gws, start(t, env))
+	}
+	codes := fire(t, gws, 30)
+	if codes[200] != 5 || codes[429] != 25 || hits.Load() != 5 {
+		t.Fatalf("status counts %v, upstream saw %d; want 5 allowed, 25 limited", codes, hits.Load())
+	}
+
+	// Restart every instance: the counters live in the database.
+	for _, g := range gws {
+		if err := g.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gws = gws[:0]
+	for range 3 {
+		gws = append(gws, start(t, env))
+	}
+	if codes := fire(t, gws, 3); codes[429] != 3 || hits.Load() != 5 {
+		t.Fatalf("after restart: %v, upstream saw %d", codes, hits.Load())
+	}
+}
+
+// fire sends n concurrent requests spread over the gateways and counts the
+// status codes.
+func fire(t *testing.T, gws []*running, n int) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res, err := http.Post(gws[i%len(gws)].url+"/api/login", "text/plain", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			mu.Lock()
+			codes[res.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return codes
+}
+
+func TestMigrateCommand(t *testing.T) {
+	db := pgtest.New(t)
+	schema := db.Schema + "_m"
+	t.Cleanup(func() { db.Pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", schema)) })
+	env := base()
+	env["SLUICE_DATABASE_URL"] = db.URL
+	env["SLUICE_DB_SCHEMA"] = schema
+	env["SLUICE_HASH_KEY"] = "shared-secret-0123456789"
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"migrate"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	first := out.String()
+	out.Reset()
+	if err := run(context.Background(), []string{"migrate"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), ": 0 migrations applied") || strings.Contains(first, ": 0 migrations") {
+		t.Fatalf("first run %q, second %q", first, out.String())
+	}
+}
