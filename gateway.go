@@ -63,11 +63,12 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 	var (
 		store  limiter.Store
 		pinger proxy.Pinger
+		keys   proxy.KeyStore
 	)
 	if cfg.databaseURL == "" {
 		log.Warn("no database configured: running on the in-memory store; limits are per-instance and not durable")
 		mem := memory.New()
-		store = mem
+		store, keys = mem, memoryKeys{mem}
 		g.runners = append(g.runners, func(ctx context.Context) { mem.Run(ctx, memorySweepInterval) })
 	} else {
 		pool, err := openPool(ctx, cfg)
@@ -86,7 +87,7 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 			pool.Close()
 			return nil, err
 		}
-		store, pinger = pg, pg
+		store, pinger, keys = pg, pg, pg
 		g.runners = append(g.runners, func(ctx context.Context) {
 			if err := pg.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("store background work stopped", zap.Error(err))
@@ -125,7 +126,10 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 	}
 	g.public = proxy.NewServer(px)
 	g.public.ErrorLog = zap.NewStdLog(log)
-	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{Policy: cfg.policy, Store: pinger, Gatherer: reg}))
+	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{
+		Policy: cfg.policy, Store: pinger, Gatherer: reg,
+		Keys: keys, Limiter: lim, Hasher: hasher, Token: cfg.AdminToken,
+	}))
 	g.admin.ErrorLog = g.public.ErrorLog
 	return g, nil
 }

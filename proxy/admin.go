@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -23,6 +24,13 @@ type AdminConfig struct {
 	Policy   *policy.Policy
 	Store    Pinger // nil: the in-memory store, always ready
 	Gatherer prometheus.Gatherer
+	// Keys, Limiter and Hasher serve /v1/keys and /v1/overrides; they are
+	// left out when Keys is nil.
+	Keys    KeyStore
+	Limiter Forgetter
+	Hasher  *hashing.Hasher
+	// Token authorises writes; empty refuses every write.
+	Token string
 }
 
 // NewAdmin returns the handler of the admin listener: /healthz, /readyz,
@@ -47,6 +55,13 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy.Rules())})
 	})
+	if cfg.Keys != nil {
+		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, forget: cfg.Limiter, hasher: cfg.Hasher, token: cfg.Token}
+		mux.HandleFunc("GET /v1/keys", api.getKey)
+		mux.HandleFunc("DELETE /v1/keys", api.deleteKey)
+		mux.HandleFunc("PUT /v1/overrides", api.putOverride)
+		mux.HandleFunc("DELETE /v1/overrides", api.deleteOverride)
+	}
 	return mux
 }
 

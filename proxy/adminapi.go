@@ -1,0 +1,240 @@
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// KeyStore is what the admin API needs from the store behind the limiter.
+type KeyStore interface {
+	// Peek reports a counter without consuming from it.
+	Peek(ctx context.Context, c limiter.Check) (limiter.Result, error)
+	// Reset deletes a counter.
+	Reset(ctx context.Context, rule, key string) error
+	// SetOverride gives one key its own limit and window under a rule.
+	SetOverride(ctx context.Context, rule, key string, limit int64, window time.Duration) error
+	// DeleteOverride returns a key to its rule's limit.
+	DeleteOverride(ctx context.Context, rule, key string) error
+}
+
+// Forgetter drops a key from this instance's over-limit fast path.
+type Forgetter interface {
+	Forget(rule, key string)
+}
+
+// adminAPI serves /v1/keys and /v1/overrides.
+type adminAPI struct {
+	policy *policy.Policy
+	store  KeyStore
+	forget Forgetter
+	hasher *hashing.Hasher
+	token  string
+}
+
+// identityParams are the query parameters that name a key, by kind.
+var identityParams = []struct {
+	param string
+	kind  policy.IdentityKind
+}{
+	{"ip", policy.ByIP},
+	{"email", policy.ByEmail},
+	{"tenant", policy.ByTenant},
+	{"header", policy.ByHeader},
+}
+
+// target resolves ?rule=…&ip=… (or email=, tenant=, header=) to a check.
+// A "by global" rule needs no identity. Any identity kind is accepted for
+// any rule, so the IP counters that stand in for a missing identifier can
+// be read and reset too.
+func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
+	q := r.URL.Query()
+	name := q.Get("rule")
+	if name == "" {
+		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "query parameter rule is required"}
+	}
+	rule, ok := a.policy.Lookup(name)
+	if !ok {
+		return limiter.Check{}, &problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s'", name)}
+	}
+	var given []string
+	var kind policy.IdentityKind
+	var value string
+	for _, p := range identityParams {
+		if vs, ok := q[p.param]; ok {
+			given = append(given, p.param)
+			if len(vs) != 1 {
+				return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", p.param)}
+			}
+			kind, value = p.kind, vs[0]
+		}
+	}
+	switch {
+	case len(given) > 1:
+		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant or header, got " + strings.Join(given, ", ")}
+	case len(given) == 0 && rule.Identity.Kind == policy.ByGlobal:
+		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal, "")}, nil
+	case len(given) == 0:
+		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts by %s: give %s=", name, rule.Identity.Kind, identityParam(rule.Identity.Kind))}
+	}
+	switch kind {
+	case policy.ByIP:
+		addr, err := netip.ParseAddr(value)
+		if err != nil {
+			return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "ip: not an IP address"}
+		}
+		value = hashing.IPGroup(addr.Unmap())
+	case policy.ByEmail:
+		value = hashing.CanonicalEmail(value)
+	}
+	if value == "" {
+		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}
+	}
+	return limiter.Check{Rule: rule, Key: a.hasher.Key(kind, value)}, nil
+}
+
+func identityParam(k policy.IdentityKind) string {
+	if k == policy.ByGlobal {
+		return "nothing"
+	}
+	return k.String()
+}
+
+// authorized checks the bearer token of a write. Without a configured
+// token every write is refused.
+func (a *adminAPI) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if a.token == "" {
+		writeProblem(w, problem{Status: http.StatusForbidden, Detail: "admin writes are disabled: set SLUICE_ADMIN_TOKEN"})
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+		writeProblem(w, problem{Status: http.StatusUnauthorized, Detail: "a valid Authorization: Bearer token is required"})
+		return false
+	}
+	return true
+}
+
+// keyJSON is a counter as GET /v1/keys shows it.
+type keyJSON struct {
+	Rule       string `json:"rule"`
+	Limit      int64  `json:"limit"`
+	Window     string `json:"window"`
+	Count      int64  `json:"count"`
+	Remaining  int64  `json:"remaining"`
+	Reset      int64  `json:"reset"`       // Unix seconds
+	ResetAfter int64  `json:"reset_after"` // seconds
+}
+
+func (a *adminAPI) getKey(w http.ResponseWriter, r *http.Request) {
+	c, prob := a.target(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	res, err := a.store.Peek(r.Context(), c)
+	if err != nil {
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		return
+	}
+	// Remaining is the room for one more request of the rule's cost; the
+	// count is what has been used of the limit.
+	writeJSON(w, http.StatusOK, keyJSON{
+		Rule:       c.Rule.Name,
+		Limit:      res.Limit,
+		Window:     policy.FormatWindow(res.Window),
+		Count:      max(res.Limit-res.Remaining, 0),
+		Remaining:  res.Remaining,
+		Reset:      ceilUnix(res.Reset),
+		ResetAfter: ceilSeconds(res.ResetAfter),
+	})
+}
+
+func (a *adminAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	c, prob := a.target(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	if err := a.store.Reset(r.Context(), c.Rule.Name, c.Key); err != nil {
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		return
+	}
+	a.forget.Forget(c.Rule.Name, c.Key)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// overrideJSON is the body of PUT /v1/overrides.
+type overrideJSON struct {
+	Limit  int64  `json:"limit"`
+	Window string `json:"window"`
+}
+
+func (a *adminAPI) putOverride(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	c, prob := a.target(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	var body overrideJSON
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()})
+		return
+	}
+	var problems []string
+	if body.Limit < 1 || body.Limit > policy.MaxCount {
+		problems = append(problems, fmt.Sprintf("limit: expected 1 to %d, got %d", int64(policy.MaxCount), body.Limit))
+	} else if body.Limit < c.Rule.Cost {
+		problems = append(problems, fmt.Sprintf("limit: must be at least the rule's cost %d, got %d", c.Rule.Cost, body.Limit))
+	}
+	window, err := policy.ParseWindow(body.Window)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: strings.Join(problems, "; ")})
+		return
+	}
+	if err := a.store.SetOverride(r.Context(), c.Rule.Name, c.Key, body.Limit, window); err != nil {
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		return
+	}
+	a.forget.Forget(c.Rule.Name, c.Key)
+	writeJSON(w, http.StatusOK, map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": policy.FormatWindow(window)})
+}
+
+func (a *adminAPI) deleteOverride(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	c, prob := a.target(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return
+	}
+	if err := a.store.DeleteOverride(r.Context(), c.Rule.Name, c.Key); err != nil {
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		return
+	}
+	a.forget.Forget(c.Rule.Name, c.Key)
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/memory"
+	"github.com/sluicehq/sluice/limiter/storetest"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// memKeys adapts memory.Store to KeyStore for these tests.
+type memKeys struct{ *memory.Store }
+
+func (m memKeys) Reset(_ context.Context, rule, key string) error {
+	m.Store.Reset(rule, key)
+	return nil
+}
+func (m memKeys) SetOverride(_ context.Context, rule, key string, limit int64, window time.Duration) error {
+	return m.Store.SetOverride(rule, key, limit, window)
+}
+func (m memKeys) DeleteOverride(_ context.Context, rule, key string) error {
+	m.Store.DeleteOverride(rule, key)
+	return nil
+}
+
+// adminFixture is a gateway and its admin listener on one memory store.
+type adminFixture struct {
+	public, admin *httptest.Server
+}
+
+func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
+	t.Helper()
+	up := newUpstream(t)
+	pol, err := policy.Parse(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem := memory.New(memory.WithClock(clock.Now))
+	lim, err := limiter.New(limiter.Config{Store: mem, Local: memory.New(), Timeout: time.Second, CacheSize: 100, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := hashing.New([]byte("admin-test-key-0123"))
+	upURL, _ := url.Parse(up.URL)
+	p, err := New(Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := httptest.NewServer(p)
+	t.Cleanup(pub.Close)
+	adm := httptest.NewServer(NewAdmin(AdminConfig{
+		Policy: pol, Gatherer: prometheus.NewRegistry(),
+		Keys: memKeys{mem}, Limiter: lim, Hasher: h, Token: token,
+	}))
+	t.Cleanup(adm.Close)
+	return &adminFixture{public: pub, admin: adm}
+}
+
+func call(t *testing.T, method, u, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func TestAdminKeys(t *testing.T) {
+	f := newAdminFixture(t, "login: POST /api/login by ip 2/1m", "s3cret")
+	for range 3 {
+		call(t, "POST", f.public.URL+"/api/login", "", "")
+	}
+	code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "", "")
+	var k keyJSON
+	if code != 200 || json.Unmarshal([]byte(body), &k) != nil || k.Count != 2 || k.Remaining != 0 || k.Limit != 2 || k.Window != "1m" || k.ResetAfter != 60 {
+		t.Fatalf("GET key: %d %s", code, body)
+	}
+	// Writes need the token.
+	if code, _ := call(t, "DELETE", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "", ""); code != 401 {
+		t.Fatalf("DELETE without token: %d", code)
+	}
+	if code, _ := call(t, "DELETE", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "wrong", ""); code != 401 {
+		t.Fatalf("DELETE with a wrong token: %d", code)
+	}
+	// The key is in the fast path now; a reset must clear that too.
+	if code, body := call(t, "DELETE", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "s3cret", ""); code != 204 {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	if code, _ := call(t, "POST", f.public.URL+"/api/login", "", ""); code != 200 {
+		t.Fatalf("after reset: %d", code)
+	}
+}
+
+func TestAdminOverrides(t *testing.T) {
+	f := newAdminFixture(t, "query: GET /q by tenant 1/1d", "s3cret")
+	get := func() int {
+		req, _ := http.NewRequest("GET", f.public.URL+"/q", nil)
+		req.Header.Set("X-Tenant-ID", "acme")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if get() != 200 || get() != 429 {
+		t.Fatal("limit 1 not applied")
+	}
+	u := f.admin.URL + "/v1/overrides?rule=query&tenant=acme"
+	if code, body := call(t, "PUT", u, "s3cret", `{"limit":3,"window":"1d"}`); code != 200 || !strings.Contains(body, `"limit":3`) {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	if get() != 200 || get() != 200 || get() != 429 {
+		t.Fatal("override not applied")
+	}
+	if code, _ := call(t, "DELETE", u, "s3cret", ""); code != 204 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if get() != 429 {
+		t.Fatal("override not removed")
+	}
+}
+
+func TestAdminErrors(t *testing.T) {
+	f := newAdminFixture(t, "login: POST /api/login by ip 2/1m; all: * /* by global 9/1m", "")
+	for _, tc := range []struct {
+		method, path, token, body string
+		code                      int
+		detail                    string
+	}{
+		{"GET", "/v1/keys", "", "", 400, "query parameter rule is required"},
+		{"GET", "/v1/keys?rule=nope&ip=1.2.3.4", "", "", 404, "no rule named 'nope'"},
+		{"GET", "/v1/keys?rule=login", "", "", 400, "rule 'login' counts by ip: give ip="},
+		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant or header, got ip, email"},
+		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
+		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
+		{"DELETE", "/v1/keys?rule=login&ip=1.2.3.4", "x", "", 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
+		{"PUT", "/v1/overrides?rule=login&ip=1.2.3.4", "x", `{"limit":1,"window":"1m"}`, 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
+	} {
+		code, body := call(t, tc.method, f.admin.URL+tc.path, tc.token, tc.body)
+		var p problem
+		json.Unmarshal([]byte(body), &p)
+		if code != tc.code || p.Detail != tc.detail {
+			t.Errorf("%s %s: %d %q, want %d %q", tc.method, tc.path, code, p.Detail, tc.code, tc.detail)
+		}
+	}
+	if code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule=all", "", ""); code != 200 || !strings.Contains(body, `"limit":9`) {
+		t.Errorf("global rule needs no identity: %d %s", code, body)
+	}
+
+	g := newAdminFixture(t, "login: POST /api/login by ip 2/1m cost=2", "t")
+	for _, tc := range []struct{ body, detail string }{
+		{`{"limit":0,"window":"1m"}`, "limit: expected 1 to 1000000000000, got 0"},
+		{`{"limit":1,"window":"1m"}`, "limit: must be at least the rule's cost 2, got 1"},
+		{`{"limit":5,"window":"soon"}`, `window: expected Ns, Nm, Nh or Nd such as 15m, got "soon"`},
+		{`{"limit":5,"window":"1m","extra":1}`, `body: expected {"limit":N,"window":"1d"}: json: unknown field "extra"`},
+	} {
+		code, body := call(t, "PUT", g.admin.URL+"/v1/overrides?rule=login&ip=1.2.3.4", "t", tc.body)
+		var p problem
+		json.Unmarshal([]byte(body), &p)
+		if code != 400 || p.Detail != tc.detail {
+			t.Errorf("PUT %s: %d %q, want 400 %q", tc.body, code, p.Detail, tc.detail)
+		}
+	}
+}
