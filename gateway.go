@@ -68,7 +68,7 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 	if cfg.databaseURL == "" {
 		log.Warn("no database configured: running on the in-memory store; limits are per-instance and not durable")
 		mem := memory.New()
-		store, keys = mem, memoryKeys{mem}
+		store, keys = mem, memory.Admin{Store: mem}
 		g.runners = append(g.runners, func(ctx context.Context) { mem.Run(ctx, memorySweepInterval) })
 	} else {
 		pool, err := openPool(ctx, cfg)

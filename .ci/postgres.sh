@@ -39,7 +39,7 @@ pg_start_private() {
 	"${as[@]}" "$initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
 	"${as[@]}" "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
 		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off" start >/dev/null || { cat "$dir/server.log" >&2; return 1; }
-	SLUICE_PG_PRIVATE_STOP="${as[*]} $pg_ctl -D $dir/data -m fast stop"
+	SLUICE_PG_PRIVATE_STOP="${as[*]} $pg_ctl -D $dir/data -m fast stop; rm -rf $dir"
 	trap 'eval "$SLUICE_PG_PRIVATE_STOP" >/dev/null 2>&1 || true' EXIT
 	export SLUICE_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 	echo ".ci/test: started a private Postgres on 127.0.0.1:$port (data in $dir)"

@@ -161,7 +161,10 @@ func (a *adminAPI) getKey(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (a *adminAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
+// write serves an authorised write on one key: change makes it, and a
+// store error becomes a 503. The key also leaves this instance's fast path,
+// whose verdict the write may have made stale.
+func (a *adminAPI) write(w http.ResponseWriter, r *http.Request, change func(c limiter.Check) (any, *problem, error)) {
 	if !a.authorized(w, r) {
 		return
 	}
@@ -170,12 +173,33 @@ func (a *adminAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, *prob)
 		return
 	}
-	if err := a.store.Reset(r.Context(), c.Rule.Name, c.Key); err != nil {
+	body, prob, err := change(c)
+	switch {
+	case prob != nil:
+		writeProblem(w, *prob)
+		return
+	case err != nil:
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
 		return
 	}
 	a.forget.Forget(c.Rule.Name, c.Key)
-	w.WriteHeader(http.StatusNoContent)
+	if body == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (a *adminAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
+	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
+		return nil, nil, a.store.Reset(r.Context(), c.Rule.Name, c.Key)
+	})
+}
+
+func (a *adminAPI) deleteOverride(w http.ResponseWriter, r *http.Request) {
+	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
+		return nil, nil, a.store.DeleteOverride(r.Context(), c.Rule.Name, c.Key)
+	})
 }
 
 // overrideJSON is the body of PUT /v1/overrides.
@@ -185,56 +209,29 @@ type overrideJSON struct {
 }
 
 func (a *adminAPI) putOverride(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) {
-		return
-	}
-	c, prob := a.target(r)
-	if prob != nil {
-		writeProblem(w, *prob)
-		return
-	}
-	var body overrideJSON
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()})
-		return
-	}
-	var problems []string
-	if body.Limit < 1 || body.Limit > policy.MaxCount {
-		problems = append(problems, fmt.Sprintf("limit: expected 1 to %d, got %d", int64(policy.MaxCount), body.Limit))
-	} else if body.Limit < c.Rule.Cost {
-		problems = append(problems, fmt.Sprintf("limit: must be at least the rule's cost %d, got %d", c.Rule.Cost, body.Limit))
-	}
-	window, err := policy.ParseWindow(body.Window)
-	if err != nil {
-		problems = append(problems, err.Error())
-	}
-	if len(problems) > 0 {
-		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: strings.Join(problems, "; ")})
-		return
-	}
-	if err := a.store.SetOverride(r.Context(), c.Rule.Name, c.Key, body.Limit, window); err != nil {
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
-		return
-	}
-	a.forget.Forget(c.Rule.Name, c.Key)
-	writeJSON(w, http.StatusOK, map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": policy.FormatWindow(window)})
-}
-
-func (a *adminAPI) deleteOverride(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) {
-		return
-	}
-	c, prob := a.target(r)
-	if prob != nil {
-		writeProblem(w, *prob)
-		return
-	}
-	if err := a.store.DeleteOverride(r.Context(), c.Rule.Name, c.Key); err != nil {
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
-		return
-	}
-	a.forget.Forget(c.Rule.Name, c.Key)
-	w.WriteHeader(http.StatusNoContent)
+	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
+		var body overrideJSON
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			return nil, &problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()}, nil
+		}
+		var problems []string
+		if body.Limit < 1 || body.Limit > policy.MaxCount {
+			problems = append(problems, fmt.Sprintf("limit: expected 1 to %d, got %d", int64(policy.MaxCount), body.Limit))
+		} else if body.Limit < c.Rule.Cost {
+			problems = append(problems, fmt.Sprintf("limit: must be at least the rule's cost %d, got %d", c.Rule.Cost, body.Limit))
+		}
+		window, err := policy.ParseWindow(body.Window)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		if len(problems) > 0 {
+			return nil, &problem{Status: http.StatusBadRequest, Detail: strings.Join(problems, "; ")}, nil
+		}
+		if err := a.store.SetOverride(r.Context(), c.Rule.Name, c.Key, body.Limit, window); err != nil {
+			return nil, nil, err
+		}
+		return map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": policy.FormatWindow(window)}, nil, nil
+	})
 }

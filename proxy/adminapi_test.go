@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -19,21 +18,6 @@ import (
 	"github.com/sluicehq/sluice/limiter/storetest"
 	"github.com/sluicehq/sluice/policy"
 )
-
-// memKeys adapts memory.Store to KeyStore for these tests.
-type memKeys struct{ *memory.Store }
-
-func (m memKeys) Reset(_ context.Context, rule, key string) error {
-	m.Store.Reset(rule, key)
-	return nil
-}
-func (m memKeys) SetOverride(_ context.Context, rule, key string, limit int64, window time.Duration) error {
-	return m.Store.SetOverride(rule, key, limit, window)
-}
-func (m memKeys) DeleteOverride(_ context.Context, rule, key string) error {
-	m.Store.DeleteOverride(rule, key)
-	return nil
-}
 
 // adminFixture is a gateway and its admin listener on one memory store.
 type adminFixture struct {
@@ -63,7 +47,7 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	t.Cleanup(pub.Close)
 	adm := httptest.NewServer(NewAdmin(AdminConfig{
 		Policy: pol, Gatherer: prometheus.NewRegistry(),
-		Keys: memKeys{mem}, Limiter: lim, Hasher: h, Token: token,
+		Keys: memory.Admin{Store: mem}, Limiter: lim, Hasher: h, Token: token,
 	}))
 	t.Cleanup(adm.Close)
 	return &adminFixture{public: pub, admin: adm}
