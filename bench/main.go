@@ -1,0 +1,282 @@
+// Command bench is sluice's load harness (issue 4). In one run it starts a
+// trivial upstream, a bare httputil.ReverseProxy with sluice's transport
+// (the baseline), sluice on the memory store and sluice on PostgreSQL, all
+// as separate processes on loopback; drives each with wrk at a fixed
+// concurrency through four scenarios; and prints one Markdown table of
+// throughput, latency, ratios to the baseline, Postgres transactions per
+// decision and allowed/denied counts. See bench/README.md.
+//
+//	go run ./bench [-database-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
+//
+// Every process it starts, and the database it creates, are removed when
+// it ends, also on failure or Ctrl-C.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Targets, in the order each scenario measures them.
+const (
+	targetBaseline = "baseline"
+	targetMemory   = "memory"
+	targetPostgres = "postgres"
+)
+
+var allTargets = []string{targetBaseline, targetMemory, targetPostgres}
+
+// options are the command-line flags.
+type options struct {
+	databaseURL      string
+	load             load
+	warmup, duration time.Duration
+	rounds           int
+	deadline         time.Duration
+	scenarios        []scenario
+	targets          []string
+	sluiceEnv        []string
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, opts, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	defaultURL := os.Getenv("SLUICE_TEST_DATABASE_URL")
+	if defaultURL == "" {
+		defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	var o options
+	var scen, targets string
+	fs.StringVar(&o.databaseURL, "database-url", defaultURL, "Postgres to benchmark on (default $SLUICE_TEST_DATABASE_URL); the harness creates and drops a database of its own there")
+	fs.IntVar(&o.load.connections, "connections", 64, "concurrent connections (closed loop)")
+	fs.IntVar(&o.load.threads, "threads", 2, "wrk threads")
+	fs.DurationVar(&o.load.timeout, "request-timeout", 5*time.Second, "wrk's per-request timeout")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each measurement")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured load per round, scenario and target")
+	fs.IntVar(&o.rounds, "rounds", 3, "measured runs per scenario and target, taken in turns; the table gives medians")
+	fs.DurationVar(&o.deadline, "timeout", 20*time.Minute, "give up (and clean up) after this long")
+	fs.StringVar(&scen, "scenarios", "1,2,3,4", "scenarios to run, comma-separated")
+	fs.StringVar(&targets, "targets", strings.Join(allTargets, ","), "targets to measure, comma-separated")
+	fs.Func("env", "extra KEY=VALUE setting for both sluice targets (repeatable), e.g. -env SLUICE_DB_TIMEOUT=100ms", func(s string) error {
+		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
+			return fmt.Errorf("expected KEY=VALUE, got %q", s)
+		}
+		o.sluiceEnv = append(o.sluiceEnv, s)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.load.connections < o.load.threads || o.load.threads < 1 {
+		return o, errors.New("-connections must be at least -threads, and -threads at least 1 (wrk's rule)")
+	}
+	if o.duration < time.Second || o.warmup < 0 || o.load.timeout < time.Second || o.rounds < 1 {
+		return o, errors.New("-duration and -request-timeout must be at least 1s, -warmup not negative (wrk counts whole seconds), -rounds at least 1")
+	}
+	for id := range strings.SplitSeq(scen, ",") {
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.id == strings.TrimSpace(id) })
+		if i < 0 {
+			return o, fmt.Errorf("-scenarios: no scenario %q", id)
+		}
+		o.scenarios = append(o.scenarios, scenarios[i])
+	}
+	for t := range strings.SplitSeq(targets, ",") {
+		t = strings.TrimSpace(t)
+		if !slices.Contains(allTargets, t) {
+			return o, fmt.Errorf("-targets: expected some of %s, got %q", strings.Join(allTargets, ","), t)
+		}
+		o.targets = append(o.targets, t)
+	}
+	// Measure in a fixed order whatever the flag's order: the baseline
+	// first, so every ratio refers to a number measured just before.
+	slices.SortFunc(o.targets, func(a, b string) int {
+		return slices.Index(allTargets, a) - slices.Index(allTargets, b)
+	})
+	o.targets = slices.Compact(o.targets)
+	return o, nil
+}
+
+// bench holds what one run has set up.
+type bench struct {
+	opts     options
+	log      io.Writer // progress
+	dir      string
+	procs    *procs
+	db       *benchDB // nil without the postgres target
+	upstream string   // base URL
+	baseline string   // base URL
+	hashKey  string
+	notes    []string // printed under the table
+}
+
+// note records something the reader of the table should know.
+func (b *bench) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(b.log, "  note:", msg)
+	b.notes = append(b.notes, msg)
+}
+
+// run performs the whole benchmark and prints the table to stdout. Whatever
+// happens, it stops every process it started and drops its database.
+func run(ctx context.Context, opts options, stdout, progress io.Writer) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.deadline)
+	defer cancel()
+	defer func() {
+		// A killed wrk or a refused connection is only the symptom.
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("stopped (%w): %w", ctx.Err(), err)
+		}
+	}()
+	wrkV, err := wrkVersion()
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	b := &bench{opts: opts, log: progress, dir: dir, procs: &procs{dir: dir}, hashKey: randomHex(32)}
+	defer b.procs.stopAll()
+
+	fmt.Fprintln(progress, "building sluice, baseline and upstream…")
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./bench/baseline", "./bench/upstream")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+
+	pgVersion := "not used"
+	if slices.Contains(opts.targets, targetPostgres) {
+		if b.db, err = createBenchDB(ctx, opts.databaseURL); err != nil {
+			return err
+		}
+		defer func() {
+			b.procs.stopAll() // no sluice may still be using the database
+			// The run's context may be what ended it: drop with a fresh one.
+			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = errors.Join(err, b.db.drop(dropCtx))
+		}()
+		pgVersion = b.db.version(ctx)
+	}
+
+	if err := b.startHelpers(ctx); err != nil {
+		return err
+	}
+
+	var results []result
+	for _, s := range opts.scenarios {
+		script, err := writeScript(dir, "scenario"+s.id, s.mix)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "scenario %s: %s\n", s.id, s.title)
+		rs, err := b.runScenario(ctx, s, script)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", s.id, err)
+		}
+		results = append(results, rs...)
+	}
+
+	fmt.Fprintf(stdout, "Machine: %s. Go %s, PostgreSQL %s, %s. Load: %d connections, %d wrk threads; per scenario and target %s warm-up, then %d rounds of %s taken in turns.\n\n",
+		machine(), strings.TrimPrefix(runtime.Version(), "go"), pgVersion, wrkV,
+		opts.load.connections, opts.load.threads, opts.warmup, opts.rounds, opts.duration)
+	writeTable(stdout, results)
+	for _, n := range b.notes {
+		fmt.Fprintln(stdout, "\nNote:", n)
+	}
+	return nil
+}
+
+// startHelpers starts the upstream and the baseline proxy, which serve
+// every scenario.
+func (b *bench) startHelpers(ctx context.Context) error {
+	lifetime := "-lifetime=" + b.opts.deadline.String()
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	up, err := b.procs.start("upstream", childEnv(), filepath.Join(b.dir, "upstream"), "-listen="+addr, lifetime)
+	if err != nil {
+		return err
+	}
+	b.upstream = "http://" + addr
+	if err := waitReady(ctx, up, b.upstream+"/"); err != nil {
+		return err
+	}
+	if addr, err = freeAddr(); err != nil {
+		return err
+	}
+	base, err := b.procs.start("baseline", childEnv(), filepath.Join(b.dir, "baseline"), "-listen="+addr, "-upstream="+b.upstream, lifetime)
+	if err != nil {
+		return err
+	}
+	b.baseline = "http://" + addr
+	return waitReady(ctx, base, b.baseline+benchPath)
+}
+
+// repoRoot is the directory of sluice's go.mod, wherever the harness is
+// started from inside the module.
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run the harness from inside sluice's module (go run ./bench)")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// machine describes the CPU the run had, for the README.
+func machine() string {
+	model := runtime.GOARCH
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d × %s, %s", runtime.NumCPU(), model, runtime.GOOS)
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// result is one cell of the table: one scenario against one target.
+type result struct {
+	scenario scenario
+	target   string
+	rounds   []wrkResult // one per round, in round order
+	xacts    int64       // Postgres transactions during the rounds; -1: not measured
+	requests int64       // requests the xacts were spent on
+	failed   int64       // checks the store could not decide (fail modes); -1: not measured
+}
+
+// cell is a target being measured in one scenario.
+type cell struct {
+	result
+	url    string
+	sluice *sluice // nil for the baseline
+}
+
+// runScenario measures every target in scenario s. The sluices are
+// started for s (the baseline serves every scenario), pre-exhausted if s
+// asks, and warmed up; then the targets take turns, one wrk run each per
+// round, so that every target sees the same stretch of a noisy machine.
+func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]result, error) {
+	var cells []*cell
+	for _, t := range b.opts.targets {
+		c := &cell{result: result{scenario: s, target: t, xacts: -1, failed: -1}, url: b.baseline}
+		if t != targetBaseline {
+			sl, err := b.startSluice(ctx, s, t)
+			if err != nil {
+				return nil, err
+			}
+			defer b.procs.stop(sl.proc)
+			c.sluice, c.url, c.failed = sl, sl.url, 0
+			if s.exhaust > 0 {
+				n, err := exhaust(ctx, sl.url, s)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", t, err)
+				}
+				if n > 0 {
+					// The table still means something (the warm-up and
+					// the rounds deny them later), but say so.
+					b.note("scenario %s, %s: %d of %d bad IPs were still allowed after %d requests each before the warm-up (their decisions failed open)",
+						s.id, targetName(t), n, s.mix.BadIPs, exhaustTries(s))
+				}
+			}
+		}
+		cells = append(cells, c)
+	}
+	var pg *cell
+	for _, c := range cells {
+		fmt.Fprintf(b.log, "  warm-up %s\n", c.target)
+		if err := b.warmUp(ctx, script, c.url); err != nil {
+			return nil, err
+		}
+		if c.target == targetPostgres {
+			pg = c
+		}
+	}
+	var xactsBefore int64
+	if pg != nil {
+		// Let the backends publish the warm-up's transactions, so that the
+		// snapshot below holds all of them and none of the rounds'.
+		fmt.Fprintf(b.log, "  waiting %s for Postgres to publish its counts\n", pgStatIdleFlush)
+		select {
+		case <-time.After(pgStatIdleFlush):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var err error
+		if xactsBefore, err = b.db.xacts(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	for round := range b.opts.rounds {
+		// Each round starts with a different target, so that none is
+		// always the one measured right after the heaviest.
+		for i := range cells {
+			c := cells[(round+i)%len(cells)]
+			fmt.Fprintf(b.log, "  round %d/%d %s\n", round+1, b.opts.rounds, c.target)
+			if err := b.measureRound(ctx, c, script); err != nil {
+				return nil, fmt.Errorf("%s: %w", c.target, err)
+			}
+		}
+	}
+
+	if pg != nil {
+		// Stopping sluice closes its connections, and exiting backends
+		// publish their counts at once.
+		b.procs.stop(pg.sluice.proc)
+		xactsAfter, err := b.db.settledXacts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pg.xacts = xactsAfter - xactsBefore
+		for _, r := range pg.rounds {
+			pg.requests += r.Requests
+		}
+	}
+	results := make([]result, len(cells))
+	for i, c := range cells {
+		results[i] = c.result
+	}
+	return results, nil
+}
+
+// measureRound runs one measured wrk run against c and adds it to c's
+// rounds, with the store failures sluice counted meanwhile.
+func (b *bench) measureRound(ctx context.Context, c *cell, script string) error {
+	var before outcomes
+	if c.sluice != nil {
+		var err error
+		if before, err = scrape(ctx, c.sluice.admin); err != nil {
+			return err
+		}
+	}
+	r, err := runWrk(ctx, b.opts.load, script, c.url, b.opts.duration)
+	if err != nil {
+		return err
+	}
+	c.rounds = append(c.rounds, r)
+	if c.sluice != nil {
+		after, err := scrape(ctx, c.sluice.admin)
+		if err != nil {
+			return err
+		}
+		c.failed += after.failed() - before.failed()
+	}
+	return nil
+}
+
+// warmUp sends the scenario's load to baseURL for the warm-up time, so
+// that connections, pools and caches are in their steady state when the
+// measurement starts. Its numbers are thrown away.
+func (b *bench) warmUp(ctx context.Context, script, baseURL string) error {
+	if b.opts.warmup < time.Second {
+		return nil
+	}
+	_, err := runWrk(ctx, b.opts.load, script, baseURL, b.opts.warmup)
+	return err
+}
+
+// sluice is one running sluice.
+type sluice struct {
+	proc       *proc
+	url, admin string // base URLs of the public and admin listeners
+}
+
+// startSluice starts sluice for scenario s on target t's store and waits
+// until it is ready (its store reachable).
+func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*sluice, error) {
+	public, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	env := []string{
+		"SLUICE_UPSTREAM=" + b.upstream,
+		"SLUICE_LISTEN=" + public,
+		"SLUICE_ADMIN_LISTEN=" + admin,
+		"SLUICE_RULES=" + s.rules,
+		"SLUICE_TRUSTED_PROXIES=127.0.0.1/32", // wrk's X-Forwarded-For names the clients
+		"SLUICE_LOG_LEVEL=warn",
+	}
+	if t == targetPostgres {
+		env = append(env,
+			"SLUICE_DATABASE_URL="+b.db.url,
+			"SLUICE_DB_SCHEMA=bench_s"+s.id, // fresh counters for every scenario
+			"SLUICE_HASH_KEY="+b.hashKey,
+		)
+	}
+	env = append(env, b.opts.sluiceEnv...) // last, so that they win
+	p, err := b.procs.start("sluice-"+t+"-s"+s.id, childEnv(env...), filepath.Join(b.dir, "sluice"))
+	if err != nil {
+		return nil, err
+	}
+	sl := &sluice{proc: p, url: "http://" + public, admin: "http://" + admin}
+	if err := waitReady(ctx, p, sl.admin+"/readyz"); err != nil {
+		b.procs.stop(p)
+		return nil, err
+	}
+	return sl, nil
+}
+
+// exhaustTries bounds the requests exhaust sends one bad IP.
+func exhaustTries(s scenario) int { return s.exhaust + 1 + 20 }
+
+// exhaust brings the bad IPs of s over their limit: it sends each one
+// request after another until one is denied, so that the measurement
+// starts with them over their limit. A request the store could not decide
+// in time (let through by fail=open) consumes nothing, so the number
+// needed is not fixed: exhaust gives up on an IP after exhaustTries and
+// returns how many it gave up on.
+func exhaust(ctx context.Context, baseURL string, s scenario) (int64, error) {
+	// As many workers as sluice has database connections by default: this
+	// is set-up, not load, and should not time out.
+	const workers = 4
+	maxTries := exhaustTries(s)
+	client := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: workers},
+	}
+	defer client.CloseIdleConnections()
+	var next, notDenied atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(s.mix.BadIPs); k = next.Add(1) - 1 {
+				ip := fmt.Sprintf("198.19.%d.%d", k/256, k%256) // as wrkScript's bad IPs
+				denied := false
+				for range maxTries {
+					status, err := get(ctx, client, baseURL+benchPath, ip)
+					if err != nil {
+						errs <- fmt.Errorf("pre-exhaust: %w", err)
+						return
+					}
+					if denied = status == http.StatusTooManyRequests; denied {
+						break
+					}
+				}
+				if !denied {
+					notDenied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return notDenied.Load(), nil
+}
+
+// get sends one GET as client ip (through the trusted X-Forwarded-For)
+// and returns the status.
+func get(ctx context.Context, client *http.Client, url, ip string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-Forwarded-For", ip)
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body) //nolint:errcheck // only the status matters
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// outcomes are sluice_decisions_total summed over rules, by outcome.
+type outcomes map[string]int64
+
+// failed counts the checks whose store could not decide, whatever the
+// fail mode then did.
+func (o outcomes) failed() int64 {
+	return o["failed_open"] + o["failed_closed"] + o["local"]
+}
+
+// scrape reads sluice_decisions_total from a sluice's admin listener.
+func scrape(ctx context.Context, adminURL string) (outcomes, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape metrics: %w", err)
+	}
+	defer res.Body.Close()
+	return parseDecisions(res.Body)
+}
+
+// parseDecisions sums the sluice_decisions_total samples of a Prometheus
+// text exposition by their outcome label.
+func parseDecisions(r io.Reader) (outcomes, error) {
+	o := outcomes{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		labels, ok := strings.CutPrefix(sc.Text(), "sluice_decisions_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(labels, "} ")
+		if !ok {
+			return nil, fmt.Errorf("metrics: malformed line %q", sc.Text())
+		}
+		_, outcome, _ := strings.Cut(labels, `outcome="`)
+		outcome, _, _ = strings.Cut(outcome, `"`)
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: %q: %w", sc.Text(), err)
+		}
+		o[outcome] += int64(v)
+	}
+	return o, sc.Err()
+}
+
+// randomHex returns n random bytes, hex-encoded.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
