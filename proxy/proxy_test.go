@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -621,6 +622,29 @@ func BenchmarkProxy(b *testing.B) {
 		req.RemoteAddr = "192.0.2.1:1234"
 		w := httptest.NewRecorder()
 		p.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+	}
+}
+
+// BenchmarkBareReverseProxy is BenchmarkProxy's baseline: the same request
+// through a bare httputil.ReverseProxy with sluice's transport. Compare the
+// two from one run; the difference is what sluice adds.
+func BenchmarkBareReverseProxy(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	upURL, _ := url.Parse(up.URL)
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
+		Transport: NewTransport(),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/api/login", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		w := httptest.NewRecorder()
+		rp.ServeHTTP(w, req)
 		if w.Code != 200 {
 			b.Fatal(w.Code)
 		}
