@@ -101,7 +101,8 @@ type Config struct {
 	Metrics *Metrics
 	// Logger logs store failures. Nil means zap.NewNop().
 	Logger *zap.Logger
-	// Breaker guards the store. Nil means the store is always called.
+	// Breaker guards the store (a *CircuitBreaker in production). Nil
+	// means the store is always called, however often it fails.
 	Breaker Breaker
 }
 
@@ -252,6 +253,16 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) Outcome {
 // DecideInto is Decide writing into o, reusing the storage of o.Results
 // and o.Sources; a fast-path hit then allocates nothing.
 func (l *Limiter) DecideInto(ctx context.Context, checks []Check, o *Outcome) {
+	if l.metrics == nil {
+		l.decideInto(ctx, checks, o)
+		return
+	}
+	began := time.Now()
+	l.decideInto(ctx, checks, o)
+	l.metrics.decisionTime(time.Since(began).Seconds())
+}
+
+func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 	n := len(checks)
 	o.Results = resize(o.Results, n)
 	o.Sources = resize(o.Sources, n)
@@ -335,9 +346,11 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 		}
 	}
 	// An open breaker is the expected state during an outage and fails
-	// every request: logging each at Warn would flood the log.
+	// every request: logging each at Warn would flood the log (the breaker
+	// logs its own changes of state). A cancelled decision is the client's
+	// doing, not the store's.
 	level := zap.WarnLevel
-	if errors.Is(err, ErrBreakerOpen) {
+	if errors.Is(err, ErrBreakerOpen) || errors.Is(err, context.Canceled) {
 		level = zap.DebugLevel
 	}
 	if ce := l.log.Check(level, "rate-limit store could not decide; applying fail modes"); ce != nil {

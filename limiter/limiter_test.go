@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -511,6 +516,22 @@ func (netTimeout) Temporary() bool { return true }
 
 var _ net.Error = netTimeout{}
 
+// pgErr is the driver's own error type with a SQLSTATE.
+func pgErr(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "test"} }
+
+// sqlState is any error with a SQLState method.
+type sqlState string
+
+func (s sqlState) Error() string    { return "sqlstate " + string(s) }
+func (s sqlState) SQLState() string { return string(s) }
+
+type kinded struct{ kind string }
+
+func (k kinded) Error() string          { return "kinded " + k.kind }
+func (k kinded) StoreErrorKind() string { return k.kind }
+
+var _ limiter.KindedError = kinded{}
+
 func TestErrorKind(t *testing.T) {
 	tests := []struct {
 		err  error
@@ -523,6 +544,33 @@ func TestErrorKind(t *testing.T) {
 		{fmt.Errorf("query: %w", context.Canceled), "canceled"},
 		{errors.New("connection refused"), "other"},
 		{limiter.ErrBreakerOpen, "other"},
+		{nil, "other"},
+		// A deadline wins over whatever else the error says.
+		{fmt.Errorf("%w: %w", context.DeadlineExceeded, pgErr("57P01")), "timeout"},
+		// SQLSTATEs, read from any error with a SQLState method.
+		{fmt.Errorf("decide: %w", pgErr("57014")), "timeout"},
+		{pgErr("55P03"), "timeout"},
+		{pgErr("57P01"), "connection"},
+		{pgErr("57P02"), "connection"},
+		{pgErr("57P03"), "connection"},
+		{pgErr("08006"), "connection"},
+		{pgErr("08001"), "connection"},
+		{fmt.Errorf("decide: %w", pgErr("25006")), "read_only"},
+		{pgErr("53300"), "too_many_connections"},
+		{pgErr("42P01"), "undefined_table"},
+		{pgErr("42883"), "undefined_table"},
+		{pgErr("3F000"), "undefined_table"},
+		{pgErr("42501"), "insufficient_privilege"},
+		{pgErr("23505"), "other"},
+		{sqlState("53300"), "too_many_connections"},
+		// Network errors.
+		{fmt.Errorf("connect: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), "connection"},
+		{fmt.Errorf("read: %w", syscall.ECONNRESET), "connection"},
+		{fmt.Errorf("receive message: %w", io.ErrUnexpectedEOF), "connection"},
+		{net.ErrClosed, "connection"},
+		// A KindedError knows best, unless it names no kind.
+		{fmt.Errorf("decide: %w", kinded{"read_only"}), "read_only"},
+		{kinded{"sideways"}, "other"},
 	}
 	for _, tt := range tests {
 		if got := limiter.ErrorKind(tt.err); got != tt.want {
@@ -699,8 +747,15 @@ sluice_fast_path_hits_total{rule="probe"} 0
 		"sluice_decisions_total", "sluice_fast_path_hits_total"); err != nil {
 		t.Error(err)
 	}
+	// Every kind's series exists from the start, at zero.
+	for _, kind := range []string{"timeout", "canceled", "connection", "read_only", "too_many_connections",
+		"undefined_table", "insufficient_privilege", "other"} {
+		if got := f.metric(t, "sluice_store_errors_total", "kind", kind); got != 0 {
+			t.Errorf("store errors of kind %s = %v after successful decisions", kind, got)
+		}
+	}
 	n, err := testutil.GatherAndCount(f.reg, "sluice_store_errors_total")
-	if err != nil || n != 0 {
-		t.Errorf("%d store error series after successful decisions (%v)", n, err)
+	if err != nil || n != 8 {
+		t.Errorf("%d store error series (%v), want one per kind", n, err)
 	}
 }

@@ -1,0 +1,428 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// faultRules are the rules of the fault tests: one per fail mode, each on
+// its own path, keyed by the X-Key header so that a test picks its keys.
+const faultRules = `
+open:   POST /open   by header(X-Key) 1000/1h fail=open
+closed: POST /closed by header(X-Key) 5/1h    fail=closed
+local:  POST /local  by header(X-Key) 5/1h    fail=local
+`
+
+// faultEnv is the environment of a gateway on dbURL in front of upstream.
+func faultEnv(upstream, dbURL string) map[string]string {
+	return map[string]string{
+		"SLUICE_UPSTREAM":     upstream,
+		"SLUICE_RULES":        faultRules,
+		"SLUICE_DATABASE_URL": dbURL,
+		"SLUICE_HASH_KEY":     "fault-test-secret-0123456789",
+		"SLUICE_DB_TIMEOUT":   "250ms",
+	}
+}
+
+// faultGateway is a gateway serving on loopback whose logs are observed.
+type faultGateway struct {
+	url, admin string
+	g          *gateway
+	logs       *observer.ObservedLogs
+	served     *durations // how long each request took inside the gateway
+	stop       func() error
+}
+
+// startFault runs a gateway for env until the test ends (or stop is
+// called), logging at Info and above into an observer.
+func startFault(t *testing.T, env map[string]string) *faultGateway {
+	t.Helper()
+	cfg, err := load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := newGateway(ctx, cfg, zap.New(core))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	public, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := &durations{}
+	h := g.public.Handler
+	g.public.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
+		h.ServeHTTP(w, r)
+		served.add(time.Since(began))
+	})
+	done := make(chan error, 1)
+	go func() { done <- g.serve(ctx, public, admin) }()
+	var once sync.Once
+	var serveErr error
+	stop := func() error {
+		once.Do(func() { cancel(); serveErr = <-done })
+		return serveErr
+	}
+	t.Cleanup(func() { stop() })
+	return &faultGateway{
+		url: "http://" + public.Addr().String(), admin: "http://" + admin.Addr().String(),
+		g: g, logs: logs, served: served, stop: stop,
+	}
+}
+
+// durations collects the times the gateway took to serve requests, from
+// the moment its handler got a request to the moment it returned: what
+// the gateway itself spent, without the client's side.
+type durations struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (d *durations) add(x time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ds = append(d.ds, x)
+}
+
+// take returns the durations collected so far and forgets them.
+func (d *durations) take() []time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ds := d.ds
+	d.ds = nil
+	return ds
+}
+
+// faultClient is shared by the fault tests: enough idle connections for
+// their concurrency, and a timeout that turns a hung request into a
+// failure instead of a hung test.
+var faultClient = &http.Client{
+	Timeout:   10 * time.Second,
+	Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
+}
+
+// reply is one answered request.
+type reply struct {
+	status     int
+	retryAfter string
+	ctype      string
+	took       time.Duration
+}
+
+// post sends POST path with X-Key: key to the gateway.
+func (g *faultGateway) post(path, key string) (reply, error) {
+	req, err := http.NewRequest(http.MethodPost, g.url+path, nil)
+	if err != nil {
+		return reply{}, err
+	}
+	req.Header.Set("X-Key", key)
+	began := time.Now()
+	res, err := faultClient.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	io.Copy(io.Discard, res.Body) //nolint:errcheck // draining for reuse
+	res.Body.Close()
+	return reply{
+		status: res.StatusCode, retryAfter: res.Header.Get("Retry-After"),
+		ctype: res.Header.Get("Content-Type"), took: time.Since(began),
+	}, nil
+}
+
+// mustPost is post failing t on a transport error.
+func (g *faultGateway) mustPost(t *testing.T, path, key string) reply {
+	t.Helper()
+	r, err := g.post(path, key)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return r
+}
+
+// metrics scrapes the gateway's /metrics into series → value, the series
+// written as in the exposition, e.g. sluice_store_errors_total{kind="timeout"}.
+func (g *faultGateway) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	res, err := faultClient.Get(g.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		m[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// metric returns one series of the gateway's metrics, 0 when absent.
+func (g *faultGateway) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	return g.metrics(t)[series]
+}
+
+// breakerState is the gateway's sluice_store_breaker_state.
+func (g *faultGateway) breakerState(t *testing.T) float64 {
+	t.Helper()
+	return g.metric(t, "sluice_store_breaker_state")
+}
+
+// decisionBuckets returns the cumulative counts of the decision duration
+// histogram by upper bound, and the total count.
+func decisionBuckets(m map[string]float64) (map[float64]float64, float64) {
+	b := map[float64]float64{}
+	for k, v := range m {
+		le, ok := strings.CutPrefix(k, `sluice_decision_duration_seconds_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le = strings.TrimSuffix(le, `"}`)
+		bound := math.Inf(1)
+		if le != "+Inf" {
+			bound, _ = strconv.ParseFloat(le, 64)
+		}
+		b[bound] = v
+	}
+	return b, m["sluice_decision_duration_seconds_count"]
+}
+
+// p99Bound returns the smallest histogram bound under which at least 99%
+// of the decisions between before and after fell: an upper bound of their
+// p99. n is the number of decisions.
+func p99Bound(before, after map[string]float64) (bound float64, n float64) {
+	b0, n0 := decisionBuckets(before)
+	b1, n1 := decisionBuckets(after)
+	n = n1 - n0
+	bounds := make([]float64, 0, len(b1))
+	for k := range b1 {
+		bounds = append(bounds, k)
+	}
+	slices.Sort(bounds)
+	for _, k := range bounds {
+		if b1[k]-b0[k] >= 0.99*n {
+			return k, n
+		}
+	}
+	return math.Inf(1), n
+}
+
+// fractionUnder returns the fraction of the decisions between before and
+// after that took at most bound (a bound of the histogram).
+func fractionUnder(before, after map[string]float64, bound float64) float64 {
+	b0, n0 := decisionBuckets(before)
+	b1, n1 := decisionBuckets(after)
+	if n1 == n0 {
+		return 0
+	}
+	return (b1[bound] - b0[bound]) / (n1 - n0)
+}
+
+// waitFor polls cond until it holds and returns how long that took, or
+// fails t after limit. Faults end by external events (a server starting, a
+// probe succeeding), so polling them is the only way to see them.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	began := time.Now()
+	for !cond() {
+		if time.Since(began) > limit {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(began)
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// upstream is the API behind the gateways; it counts the requests that
+// reach it, by path.
+type upstream struct {
+	*httptest.Server
+	mu   sync.Mutex
+	hits map[string]int
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{hits: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.hits[r.URL.Path]++
+		u.mu.Unlock()
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) count(path string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hits[path]
+}
+
+// burst sends n concurrent POST path with X-Key: key, spread over gws,
+// and counts the statuses; a transport error fails t.
+func burst(t *testing.T, gws []*faultGateway, path, key string, n int) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r, err := gws[i%len(gws)].post(path, key)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return codes
+}
+
+// expectExact checks that 20 concurrent requests on a fresh key of the
+// closed rule (limit 5), spread over gws, let exactly 5 through: the
+// shared store decides.
+func expectExact(t *testing.T, gws []*faultGateway, key string) {
+	t.Helper()
+	if codes := burst(t, gws, "/closed", key, 20); codes[200] != 5 || codes[429] != 15 {
+		t.Fatalf("20 requests on key %s against limit 5: %v, want 5×200 and 15×429", key, codes)
+	}
+}
+
+// traffic keeps requests flowing to every rule, each with a key of its
+// own (so that no limit is ever reached), until stopped, and checks that
+// each one is answered with a status its rule's fail mode allows.
+type traffic struct {
+	stopc chan struct{}
+	wg    sync.WaitGroup
+	n     atomic.Int64
+	mu    sync.Mutex
+	bad   []string
+}
+
+// allowedStatus lists, per path, the statuses a request with a fresh key
+// may get, whatever the database does.
+var allowedStatus = map[string][]int{
+	"/open":   {200},      // fail=open: always forwarded
+	"/closed": {200, 503}, // fail=closed: decided, or unavailable
+	"/local":  {200},      // fail=local: a fresh key is under any limit
+}
+
+func startTraffic(gws []*faultGateway, workers int) *traffic {
+	tr := &traffic{stopc: make(chan struct{})}
+	paths := []string{"/open", "/closed", "/local"}
+	for w := range workers {
+		tr.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-tr.stopc:
+					return
+				default:
+				}
+				path := paths[i%len(paths)]
+				g := gws[(w+i)%len(gws)]
+				r, err := g.post(path, fmt.Sprintf("bg-%d-%d", w, i))
+				tr.n.Add(1)
+				switch {
+				case err != nil:
+					tr.fail(fmt.Sprintf("%s: %v", path, err))
+				case !slices.Contains(allowedStatus[path], r.status):
+					tr.fail(fmt.Sprintf("%s: status %d", path, r.status))
+				}
+			}
+		})
+	}
+	return tr
+}
+
+func (tr *traffic) fail(s string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.bad) < 20 {
+		tr.bad = append(tr.bad, s)
+	}
+}
+
+// stop stops the traffic and fails t if any request was not answered as
+// its fail mode says; it returns the number of requests sent.
+func (tr *traffic) stop(t *testing.T) int64 {
+	t.Helper()
+	close(tr.stopc)
+	tr.wg.Wait()
+	if len(tr.bad) > 0 {
+		t.Errorf("background requests not answered as their fail modes say: %v", tr.bad)
+	}
+	return tr.n.Load()
+}
+
+// logged returns the observed log entries at level or above whose message
+// contains msg and whose kind field is kind (any kind when empty).
+func logged(logs *observer.ObservedLogs, level zapcore.Level, msg, kind string) []observer.LoggedEntry {
+	var out []observer.LoggedEntry
+	for _, e := range logs.All() {
+		if e.Level < level || !strings.Contains(e.Message, msg) {
+			continue
+		}
+		if kind != "" && e.ContextMap()["kind"] != kind {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}

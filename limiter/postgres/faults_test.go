@@ -1,0 +1,143 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+)
+
+func TestErrorKind(t *testing.T) {
+	// A real failed connection attempt: nothing listens on port 1.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, refused := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=5")
+	if refused == nil {
+		t.Fatal("connected to port 1")
+	}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"refused", refused, limiter.ErrorConnection},
+		{"only standbys", fmt.Errorf("connect: %w", errors.Join(refused, pgconn.ErrReadOnlyConnection)), limiter.ErrorReadOnly},
+		{"deadline while connecting", errors.Join(pgconn.ErrReadOnlyConnection, context.DeadlineExceeded), limiter.ErrorTimeout},
+		{"closed", fmt.Errorf("decide: %w", pgconn.ErrConnClosed), limiter.ErrorConnection},
+		{"read-only transaction", &pgconn.PgError{Code: "25006"}, limiter.ErrorReadOnly},
+		{"too many clients", &pgconn.PgError{Code: "53300"}, limiter.ErrorTooManyConnections},
+		{"other", errors.New("boom"), limiter.ErrorOther},
+	}
+	for _, tt := range tests {
+		if got := postgres.ErrorKind(tt.err); got != tt.want {
+			t.Errorf("%s: ErrorKind(%v) = %q, want %q", tt.name, tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestReadOnlyConnectionIsDropped: a pooled connection whose server turned
+// read-only (as a demoted primary's do) fails one decision with kind
+// read_only, and the pool is reset, so the next decision gets a fresh
+// connection instead of failing on the same one again.
+func TestReadOnlyConnectionIsDropped(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 1)
+	s := open(t, db, pool, nil)
+	r := fixed("ro", 10, time.Hour)
+	decide(t, s, chk(r, "k"))
+
+	// Make the pool's only connection read-only, as a demotion would.
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	pid := conn.Conn().PgConn().PID()
+	conn.Release()
+
+	res := make([]limiter.Result, 1)
+	_, err = s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
+	if err == nil {
+		t.Fatal("a decision on a read-only connection succeeded")
+	}
+	if k := limiter.ErrorKind(err); k != limiter.ErrorReadOnly {
+		t.Fatalf("kind %q for %v, want read_only", k, err)
+	}
+
+	ok, res := decide(t, s, chk(r, "k"))
+	if !ok || res[0].Remaining != 8 {
+		t.Fatalf("after the reset: allowed=%v remaining=%d, want allowed with 8 left", ok, res[0].Remaining)
+	}
+	conn, err = pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if conn.Conn().PgConn().PID() == pid {
+		t.Error("the read-only connection is still in the pool")
+	}
+}
+
+// TestPreparedStatementHint: the error of a statement that the server does
+// not know says what to put in the connection string.
+func TestPreparedStatementHint(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 1)
+	s := open(t, db, pool, nil)
+	r := fixed("ps", 10, time.Hour)
+	decide(t, s, chk(r, "k"))
+	// Forget the statements pgx prepared behind its back, as a
+	// transaction-mode pooler moving the client to another server
+	// connection would.
+	if _, err := pool.Exec(context.Background(), "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]limiter.Result, 1)
+	_, err := s.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+	if err == nil {
+		t.Fatal("a decision succeeded after its prepared statement was deallocated")
+	}
+	if !strings.Contains(err.Error(), "default_query_exec_mode=exec") {
+		t.Errorf("error %q gives no hint", err)
+	}
+}
+
+// TestPoolAcquireBounded: with every pooled connection busy, a decision
+// waits for one no longer than its context allows, and says it timed out.
+func TestPoolAcquireBounded(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 1)
+	s := open(t, db, pool, nil)
+	r := fixed("busy", 10, time.Hour)
+	decide(t, s, chk(r, "k"))
+
+	conn, err := pool.Acquire(context.Background()) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	const deadline = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	began := time.Now()
+	_, err = s.Decide(ctx, []limiter.Check{chk(r, "k")}, make([]limiter.Result, 1))
+	took := time.Since(began)
+	if err == nil || limiter.ErrorKind(err) != limiter.ErrorTimeout {
+		t.Fatalf("decision with no free connection: %v, want a timeout", err)
+	}
+	if took > deadline+time.Second {
+		t.Errorf("the decision waited %v for a connection, past its %v deadline", took, deadline)
+	}
+}
