@@ -36,6 +36,8 @@ type settings struct {
 	TrustedProxies string        `env:"SLUICE_TRUSTED_PROXIES"`
 	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"open"`
 	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
+	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
+	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
 	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
 	Headers        string        `env:"SLUICE_HEADERS" envDefault:"ietf,x"`
@@ -153,6 +155,9 @@ func load(environ map[string]string) (*config, error) {
 	}
 	if s.DBTimeout <= 0 && !unparsed["SLUICE_DB_TIMEOUT"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_DB_TIMEOUT: must be positive, got %s", s.DBTimeout))
+	}
+	if s.DBSyncCommit != "on" && s.DBSyncCommit != "off" {
+		problems = append(problems, fmt.Sprintf("SLUICE_DB_SYNCHRONOUS_COMMIT: expected on or off, got %q", s.DBSyncCommit))
 	}
 	if s.LocalCacheSize < 0 && !unparsed["SLUICE_LOCAL_CACHE_SIZE"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got %d", s.LocalCacheSize))

@@ -32,6 +32,16 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+func TestLoadDatabaseDefaults(t *testing.T) {
+	c, err := load(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.DBBatch || c.DBSyncCommit != "on" {
+		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q, want true and on", c.DBBatch, c.DBSyncCommit)
+	}
+}
+
 func TestLoadDatabaseURLFallback(t *testing.T) {
 	env := base()
 	env["DATABASE_URL"] = "postgres://u@db/x"
@@ -95,6 +105,8 @@ func TestLoadErrors(t *testing.T) {
 		{"fail mode", map[string]string{"SLUICE_FAIL_MODE": "maybe"}, `SLUICE_FAIL_MODE: expected open, closed or local, got "maybe"`},
 		{"timeout syntax", map[string]string{"SLUICE_DB_TIMEOUT": "fast"}, `SLUICE_DB_TIMEOUT: expected a duration such as 50ms or 2s, got "fast"`},
 		{"timeout zero", map[string]string{"SLUICE_DB_TIMEOUT": "0s"}, "SLUICE_DB_TIMEOUT: must be positive, got 0s"},
+		{"batch syntax", map[string]string{"SLUICE_DB_BATCH": "maybe"}, `SLUICE_DB_BATCH: expected true or false, got "maybe"`},
+		{"synchronous commit", map[string]string{"SLUICE_DB_SYNCHRONOUS_COMMIT": "local"}, `SLUICE_DB_SYNCHRONOUS_COMMIT: expected on or off, got "local"`},
 		{"cache size syntax", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "lots"}, `SLUICE_LOCAL_CACHE_SIZE: expected a whole number, got "lots"`},
 		{"cache size negative", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "-1"}, "SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got -1"},
 		{"body bytes", map[string]string{"SLUICE_MAX_BODY_BYTES": "0"}, "SLUICE_MAX_BODY_BYTES: must be positive, got 0"},

@@ -82,12 +82,18 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 				return nil, err
 			}
 		}
-		pg, err := postgres.New(ctx, pool, postgres.Options{Schema: cfg.DBSchema, Logger: log})
+		pg, err := postgres.New(ctx, pool, postgres.Options{
+			Schema:             cfg.DBSchema,
+			Logger:             log,
+			Unbatched:          !cfg.DBBatch,
+			AsynchronousCommit: cfg.DBSyncCommit == "off",
+		})
 		if err != nil {
 			pool.Close()
 			return nil, err
 		}
 		store, pinger, keys = pg, pg, pg
+		reg.MustRegister(pg.Collectors()...)
 		g.runners = append(g.runners, func(ctx context.Context) {
 			if err := pg.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("store background work stopped", zap.Error(err))
@@ -95,14 +101,21 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 		})
 	}
 
+	metrics := limiter.NewMetrics(reg)
+	breaker, err := newBreaker(cfg, metrics, log)
+	if err != nil {
+		g.close()
+		return nil, err
+	}
 	lim, err := limiter.New(limiter.Config{
 		Store:       store,
 		Local:       memory.New(),
 		Timeout:     cfg.DBTimeout,
 		DefaultFail: cfg.failMode,
 		CacheSize:   cfg.LocalCacheSize,
-		Metrics:     limiter.NewMetrics(reg),
+		Metrics:     metrics,
 		Logger:      log,
+		Breaker:     breaker,
 	})
 	if err != nil {
 		g.close()
@@ -132,6 +145,25 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 	}))
 	g.admin.ErrorLog = g.public.ErrorLog
 	return g, nil
+}
+
+// newBreaker returns the circuit breaker of the database store, or nil on
+// the memory store, which does not fail. Its cool-down is at least twice
+// the decision timeout, so that a probe is never presumed lost while it
+// may still be waiting for its answer.
+func newBreaker(cfg *config, metrics *limiter.Metrics, log *zap.Logger) (limiter.Breaker, error) {
+	if cfg.databaseURL == "" {
+		return nil, nil
+	}
+	b, err := limiter.NewBreaker(limiter.BreakerConfig{
+		Cooldown: max(limiter.DefaultBreakerCooldown, 2*cfg.DBTimeout),
+		Metrics:  metrics,
+		Logger:   log.Named("breaker"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // serve runs the gateway on the given listeners until ctx is cancelled,
@@ -207,6 +239,7 @@ func openPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
 		return nil, errors.New("SLUICE_DATABASE_URL: not a valid Postgres connection string")
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "sluice"
+	postgres.ConfigurePool(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)

@@ -41,16 +41,21 @@
 -- verdict, the room left, the reset time (µs) and the retry-after (µs, 0 when
 -- the check allowed), all computed after the decision consumed.
 --
--- Concurrency: every counter a batch touches is first inserted if missing,
--- then locked FOR UPDATE, both in (rule, key) order. Every transaction takes
--- its row locks in that one canonical order, so no set of concurrent
+-- Concurrency: the counters a batch touches that exist are locked FOR
+-- UPDATE in (rule, key) order, then those that do not are inserted in that
+-- order (the common case, every counter existing, costs one index probe per
+-- counter). Every transaction takes its row locks in the one canonical
+-- order, and an insert waits only for a transaction that is inserting (in
+-- canonical order too) or deleting the same key, so no set of concurrent
 -- decisions can wait on each other in a cycle: no deadlock, whatever order
 -- the requests listed their rules in. The locks are held to commit, so the
--- counts are exact under any concurrency. If a counter row disappears
--- between the two steps (cleanup, or an admin reset, deleted it), the call
--- fails with SQLSTATE 40001 (serialization_failure) having changed nothing,
--- and the caller retries; waiting for the row again while holding later
--- locks could deadlock.
+-- counts are exact under any concurrency. A counter that another
+-- transaction created between the two steps would have to be locked out of
+-- order: the call then fails with SQLSTATE 40001 (serialization_failure)
+-- having changed nothing, and the caller retries (this happens only when
+-- two transactions create the same counter at once). A counter deleted
+-- (by cleanup or an admin reset) while the call waited for its lock is
+-- simply created anew.
 --
 -- Writes: each counter whose state changed is written once, by one UPDATE at
 -- the end that touches no indexed column (a HOT update). Counters that
@@ -83,6 +88,17 @@ LANGUAGE plpgsql
 -- since a generic plan's estimate for unnest() looks costlier) would plan
 -- every statement again on every call.
 SET plan_cache_mode = force_generic_plan
+-- And always through the primary key. A generic plan is made once per
+-- session, from the statistics of that moment: a gateway that starts on an
+-- empty or new table would plan a sequential scan with a hash join, and
+-- keep it while the table grows until autovacuum's next analyze happened to
+-- invalidate it, a scan of the whole table per decision. Without those
+-- plans, the only one left is what the statements mean: for each counter,
+-- one probe of the primary key (a nested loop over unnest), whatever the
+-- statistics say. These settings hold for the function's statements only.
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     ns integer := coalesce(cardinality(s_rule), 0);
@@ -96,8 +112,9 @@ DECLARE
     raw_off  integer[];  -- offset of the row's buckets in raw_ring
     raw_len  integer[];
     raw_ring bigint[] := '{}';
-    fresh    boolean[];  -- inserted by this call: no state yet
+    fresh    boolean[];  -- no row before this call: no state yet
     locked   integer := 0;
+    inserted integer;
 
     -- Working state per slot, normalised to now_us (see the algorithms):
     -- fixed and reset: st_a window start, st_n count; sliding: st_a current
@@ -164,14 +181,8 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 1. Make sure every counter has a row to lock, in canonical order.
-    INSERT INTO {{schema}}.counters AS c (rule, key, alg, expires_at)
-    SELECT u.rule, u.key, u.alg, '-infinity'
-    FROM unnest(s_rule, s_key, s_alg) AS u(rule, key, alg)
-    ORDER BY u.rule COLLATE "C", u.key COLLATE "C"
-    ON CONFLICT (rule, key) DO NOTHING;
-
-    -- 2. Lock every counter in canonical order and load its state.
+    -- 1. Lock the counters that exist, in canonical order, and load their
+    -- state.
     raw_alg := array_fill(0::smallint, ARRAY[ns]);
     raw_a   := array_fill(0::bigint, ARRAY[ns]);
     raw_n   := array_fill(0::bigint, ARRAY[ns]);
@@ -180,8 +191,7 @@ BEGIN
     raw_len := array_fill(0, ARRAY[ns]);
     fresh   := array_fill(true, ARRAY[ns]);
     FOR rec IN
-        SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
-               c.expires_at = '-infinity' AS fresh
+        SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets
         FROM {{schema}}.counters AS c
         JOIN unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
           ON c.rule = u.rule AND c.key = u.key
@@ -194,10 +204,7 @@ BEGIN
         raw_a[s]   := rec.a;
         raw_n[s]   := rec.n;
         raw_b[s]   := rec.bucket_us;
-        fresh[s]   := rec.fresh;
-        IF rec.fresh THEN
-            n_drop := n_drop + 1;
-        END IF;
+        fresh[s]   := false;
         IF rec.buckets IS NOT NULL THEN
             raw_off[s] := cardinality(raw_ring);
             raw_len[s] := cardinality(rec.buckets);
@@ -206,9 +213,26 @@ BEGIN
             END LOOP;
         END IF;
     END LOOP;
-    IF locked <> ns THEN
-        RAISE EXCEPTION 'sluice decide: a counter row was deleted concurrently; retry the decision'
-            USING ERRCODE = 'serialization_failure';
+
+    -- 2. Insert the counters that do not exist yet, in canonical order, so
+    -- that this transaction holds every counter it decides on. A counter
+    -- another transaction created since step 1 (or is creating: the insert
+    -- then waits for it) would now have to be locked out of canonical
+    -- order, which could deadlock; instead the call fails with SQLSTATE
+    -- 40001 having changed nothing, and the caller retries.
+    IF locked < ns AND NOT p_peek THEN
+        n_drop := ns - locked;
+        INSERT INTO {{schema}}.counters AS c (rule, key, alg, expires_at)
+        SELECT u.rule, u.key, u.alg, '-infinity'
+        FROM unnest(s_rule, s_key, s_alg, fresh) AS u(rule, key, alg, missing)
+        WHERE u.missing
+        ORDER BY u.rule COLLATE "C", u.key COLLATE "C"
+        ON CONFLICT (rule, key) DO NOTHING;
+        GET DIAGNOSTICS inserted = ROW_COUNT;
+        IF inserted <> n_drop THEN
+            RAISE EXCEPTION 'sluice decide: a counter was created concurrently; retry the decision'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
     END IF;
 
     -- 3. Now that the rows are ours, read the clock.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations/pgtest"
@@ -16,10 +18,17 @@ import (
 // BenchmarkDecide measures one decision against the real database, on its
 // own clock, with one rule (a per-IP fixed window over 10,000 keys) and
 // with three rules (plus a global sliding window on one hot key and a
-// per-tenant token bucket over 100 keys), serially and from 16 goroutines.
-// Every key is created before the timer starts, so the numbers are those of
-// a warm table (a new key costs one more row version). It reports the rows
-// the table holds afterwards.
+// per-tenant token bucket over 100 keys), serially and from 64 goroutines
+// (SetParallelism(32) on 2 cores), through the batcher with 1 (the
+// default), 2 or 4 statements in flight, and unbatched. Every key is created
+// before the timer starts, so the numbers are those of a warm table (a new
+// key costs one more row version).
+//
+// Besides time and allocations it reports stmts/op, the decide statements
+// (transactions) the store sent per decision, and xacts/op, the
+// transactions the database committed per decision according to
+// pg_stat_database (every client of the database counts there, so it is
+// an upper bound on a shared server), and the rows the table holds.
 //
 //	go test -run '^$' -bench Decide -benchtime 3s ./limiter/postgres
 func BenchmarkDecide(b *testing.B) {
@@ -30,34 +39,49 @@ func BenchmarkDecide(b *testing.B) {
 	for i := range ipKeys {
 		ipKeys[i] = fmt.Sprintf("%064x", i) // the length of a hex HMAC-SHA256
 	}
-	checks := func(n int, i uint64) []limiter.Check {
-		cs := []limiter.Check{{Rule: ip, Key: ipKeys[i%uint64(len(ipKeys))]}}
+	checks := func(cs []limiter.Check, n int, i uint64) []limiter.Check {
+		cs = append(cs[:0], limiter.Check{Rule: ip, Key: ipKeys[i%uint64(len(ipKeys))]})
 		if n == 3 {
 			cs = append(cs, limiter.Check{Rule: global, Key: "global"},
 				limiter.Check{Rule: tenant, Key: ipKeys[i%100]})
 		}
 		return cs
 	}
+	type mode struct {
+		name     string
+		parallel bool
+		set      func(*postgres.Options)
+	}
+	inFlight := func(n int) func(*postgres.Options) { return func(o *postgres.Options) { o.MaxInFlight = n } }
+	modes := []mode{
+		{"serial/batched", false, func(*postgres.Options) {}},
+		{"serial/unbatched", false, func(o *postgres.Options) { o.Unbatched = true }},
+		{"parallel/batched1", true, inFlight(1)},
+		{"parallel/batched2", true, inFlight(2)},
+		{"parallel/batched4", true, inFlight(4)},
+		{"parallel/unbatched", true, func(o *postgres.Options) { o.Unbatched = true }},
+	}
 	for _, rules := range []int{1, 3} {
-		for _, parallel := range []bool{false, true} {
-			name := fmt.Sprintf("rules=%d/serial", rules)
-			if parallel {
-				name = fmt.Sprintf("rules=%d/parallel", rules)
-			}
-			b.Run(name, func(b *testing.B) {
+		for _, m := range modes {
+			b.Run(fmt.Sprintf("rules=%d/%s", rules, m.name), func(b *testing.B) {
 				db := pgtest.New(b)
-				s := open(b, db, pgtest.NewPool(b, db.URL, 16), nil)
+				pool := benchPool(b, db)
+				s := open(b, db, pool, nil, m.set)
 				ctx := context.Background()
 				var seq atomic.Uint64
-				warm(b, s, len(ipKeys), func(i int) []limiter.Check { return checks(rules, uint64(i)) })
+				warm(b, s, len(ipKeys), func(i int) []limiter.Check { return checks(nil, rules, uint64(i)) })
+				before := s.BatchStats()
+				xacts := committed(b, db.Pool)
 				b.ReportAllocs()
 				b.ResetTimer()
-				if parallel {
-					b.SetParallelism(8)
+				if m.parallel {
+					b.SetParallelism(32)
 					b.RunParallel(func(pb *testing.PB) {
 						res := make([]limiter.Result, rules)
+						var cs []limiter.Check
 						for pb.Next() {
-							if _, err := s.Decide(ctx, checks(rules, seq.Add(1)), res); err != nil {
+							cs = checks(cs, rules, seq.Add(1))
+							if _, err := s.Decide(ctx, cs, res); err != nil {
 								b.Error(err)
 								return
 							}
@@ -65,17 +89,74 @@ func BenchmarkDecide(b *testing.B) {
 					})
 				} else {
 					res := make([]limiter.Result, rules)
+					var cs []limiter.Check
 					for b.Loop() {
-						if _, err := s.Decide(ctx, checks(rules, seq.Add(1)), res); err != nil {
+						cs = checks(cs, rules, seq.Add(1))
+						if _, err := s.Decide(ctx, cs, res); err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
 				b.StopTimer()
+				after := s.BatchStats()
+				closePool(b, db, pool) // a closing backend reports its pending statistics
+				n := float64(after.Decisions - before.Decisions)
+				b.ReportMetric(float64(after.Statements-before.Statements)/n, "stmts/op")
+				b.ReportMetric(float64(committed(b, db.Pool)-xacts)/n, "xacts/op")
 				b.ReportMetric(float64(rowCount(b, db)), "rows")
 			})
 		}
 	}
+}
+
+// benchPool opens a pool of 16 connections named after db's schema,
+// configured as the gateway configures its pool.
+func benchPool(b *testing.B, db *pgtest.DB) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-" + db.Schema
+	postgres.ConfigurePool(cfg) // as the gateway does
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// closePool closes pool and waits until its server processes are gone, so
+// that their statistics have reached pg_stat_database.
+func closePool(b *testing.B, db *pgtest.DB, pool *pgxpool.Pool) {
+	b.Helper()
+	pool.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.Pool.QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", "bench-"+db.Schema).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// committed returns the transactions committed in the pool's database so
+// far, as pg_stat_database reports them.
+func committed(b *testing.B, pool *pgxpool.Pool) int64 {
+	b.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(),
+		"SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // warm decides n decisions made by mk in batches, to create their rows.

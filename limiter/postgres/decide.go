@@ -24,8 +24,11 @@ type Decision struct {
 	Allowed bool
 }
 
-// Decide decides one request against its checks in one round trip, as
-// limiter.Store documents.
+// Decide decides one request against its checks, as limiter.Store
+// documents, in one statement that it may share with concurrent decisions
+// (see the batcher; Options.Unbatched turns sharing off). When ctx ends
+// first, Decide returns ctx's error at once; a decision that was already
+// sent may still have been counted, as with any call over a network.
 func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
 	if len(results) != len(checks) {
 		return false, fmt.Errorf("postgres decide: %d results for %d checks", len(results), len(checks))
@@ -33,12 +36,34 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 	if len(checks) == 0 {
 		return true, nil
 	}
+	if s.batch != nil {
+		return s.decideBatched(ctx, checks, results)
+	}
+	return s.decideOne(ctx, checks, results)
+}
+
+// decideOne sends one decision in a statement of its own.
+func (s *Store) decideOne(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
 	d := [1]Decision{{Checks: checks, Results: results}}
-	if err := s.DecideBatch(ctx, d[:]); err != nil {
+	if err := s.run(ctx, d[:], false); err != nil {
 		return false, err
 	}
 	return d[0].Allowed, nil
 }
+
+// decideErr wraps an error of a decision that never reached run.
+func decideErr(err error) error {
+	return fmt.Errorf("postgres decide: %w", err)
+}
+
+// errBuild marks errors of decisions that could not be turned into a
+// statement (a malformed check, an invalid override): no statement was
+// sent, and the batcher then decides a batch's members one by one so that
+// only the malformed one fails.
+type errBuild struct{ err error }
+
+func (e *errBuild) Error() string { return e.err.Error() }
+func (e *errBuild) Unwrap() error { return e.err }
 
 // DecideBatch decides every decision of ds in one statement and one
 // transaction. The decisions are applied in order, each seeing the state
@@ -69,7 +94,7 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 	defer b.release()
 	n, err := b.build(ds, s.overrides.Load())
 	if err != nil {
-		return fmt.Errorf("postgres decide: %w", err)
+		return fmt.Errorf("postgres decide: %w", &errBuild{err})
 	}
 	if n == 0 {
 		for i := range ds {
@@ -77,7 +102,13 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 		}
 		return nil
 	}
+	if !peek {
+		s.nDecisions.Add(uint64(len(ds)))
+	}
 	for attempt := 1; ; attempt++ {
+		if !peek {
+			s.nStatements.Add(1)
+		}
 		err = s.pool.QueryRow(ctx, s.q.decide,
 			s.nowParam(), peek,
 			b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst,
@@ -90,7 +121,7 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 		break
 	}
 	if err != nil {
-		return fmt.Errorf("postgres decide: %w", err)
+		return fmt.Errorf("postgres decide: %w", s.fault(err))
 	}
 	if len(b.allowed) != n || len(b.remaining) != n || len(b.resetUS) != n || len(b.retryUS) != n {
 		return fmt.Errorf("postgres decide: %d results for %d checks", len(b.allowed), n)

@@ -18,57 +18,96 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
+// batchModes are the ways a Store may send decisions: through the batcher
+// with its default slot, through the batcher with more statements in
+// flight than cores (with and without synchronous commits), and one
+// statement per decision.
+var batchModes = []struct {
+	name string
+	set  func(*postgres.Options)
+}{
+	{"batched", func(*postgres.Options) {}},
+	{"batched4", func(o *postgres.Options) { o.MaxInFlight = 4 }},
+	{"batched4async", func(o *postgres.Options) { o.MaxInFlight, o.AsynchronousCommit = 4, true }},
+	{"unbatched", func(o *postgres.Options) { o.Unbatched = true }},
+}
+
 // TestExactAcrossInstances: 200 concurrent decisions on one key with limit
 // 5, spread over three instances with pools of their own, let exactly 5
-// through, for each algorithm, on the test clock and on the database clock.
+// through, for each algorithm, on the test clock and on the database clock,
+// batched or not.
 func TestExactAcrossInstances(t *testing.T) {
 	const goroutines, limit, instances = 200, 5, 3
-	for _, dbClock := range []bool{false, true} {
-		for _, a := range algos {
-			if dbClock && a.name == "fixed" {
-				continue // a day-aligned window could roll over mid-test on the real clock
+	for _, mode := range batchModes {
+		for _, dbClock := range []bool{false, true} {
+			for _, a := range algos {
+				if dbClock && a.name == "fixed" {
+					continue // a day-aligned window could roll over mid-test on the real clock
+				}
+				if dbClock && mode.name != "batched" {
+					continue // the clock is the database's business, whatever the mode
+				}
+				name := mode.name + "/" + a.name
+				if dbClock {
+					name += "/dbclock"
+				}
+				t.Run(name, func(t *testing.T) {
+					testExact(t, goroutines, limit, instances, a.make, dbClock, mode.set)
+				})
 			}
-			name := a.name
-			if dbClock {
-				name += "/dbclock"
-			}
-			t.Run(name, func(t *testing.T) {
-				db := pgtest.New(t)
-				var now func() time.Time
-				if !dbClock {
-					now = newClock(base).Now
-				}
-				stores := make([]*postgres.Store, instances)
-				for i := range stores {
-					stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 6), now)
-				}
-				r := a.make("hot", limit, 24*time.Hour)
-				var (
-					allowed, failed atomic.Int64
-					wg              sync.WaitGroup
-					start           = make(chan struct{})
-				)
-				for g := range goroutines {
-					wg.Go(func() {
-						<-start
-						res := make([]limiter.Result, 1)
-						ok, err := stores[g%instances].Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
-						if err != nil {
-							failed.Add(1)
-							t.Errorf("Decide: %v", err)
-						} else if ok {
-							allowed.Add(1)
-						}
-					})
-				}
-				close(start)
-				wait(t, &wg, 60*time.Second)
-				if failed.Load() > 0 || allowed.Load() != limit {
-					t.Errorf("allowed %d with %d errors, want exactly %d allowed", allowed.Load(), failed.Load(), limit)
-				}
-			})
 		}
 	}
+}
+
+// testExact makes goroutines concurrent decisions of rule mk("hot", limit)
+// on one key over instances stores, and expects exactly limit allowed.
+func testExact(t *testing.T, goroutines, limit, instances int, mk func(string, int64, time.Duration) *policy.Rule, dbClock bool, mode func(*postgres.Options)) {
+	db := pgtest.New(t)
+	var now func() time.Time
+	if !dbClock {
+		now = newClock(base).Now
+	}
+	stores := make([]*postgres.Store, instances)
+	for i := range stores {
+		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 6), now, mode)
+	}
+	r := mk("hot", int64(limit), 24*time.Hour)
+	var (
+		allowed, failed atomic.Int64
+		wg              sync.WaitGroup
+		start           = make(chan struct{})
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			res := make([]limiter.Result, 1)
+			ok, err := stores[g%instances].Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+			if err != nil {
+				failed.Add(1)
+				t.Errorf("Decide: %v", err)
+			} else if ok {
+				allowed.Add(1)
+			}
+		})
+	}
+	close(start)
+	wait(t, &wg, 60*time.Second)
+	if failed.Load() > 0 || allowed.Load() != int64(limit) {
+		t.Errorf("allowed %d with %d errors, want exactly %d allowed", allowed.Load(), failed.Load(), limit)
+	}
+	logStats(t, stores)
+}
+
+// logStats logs how many statements the stores sent for their decisions.
+func logStats(t *testing.T, stores []*postgres.Store) (decisions, statements uint64) {
+	t.Helper()
+	for _, s := range stores {
+		st := s.BatchStats()
+		decisions += st.Decisions
+		statements += st.Statements
+	}
+	t.Logf("%d decisions in %d statements", decisions, statements)
+	return decisions, statements
 }
 
 // TestOppositeOrders makes 1,000 decisions in parallel over three
@@ -76,14 +115,21 @@ func TestExactAcrossInstances(t *testing.T) {
 // permutations of three rules), some on hot keys and some on keys that do
 // not exist yet, so rows are inserted and locked concurrently in
 // conflicting orders. There must be no error at all (a deadlock would be
-// one) and every count must be exact.
+// one) and every count must be exact, batched (where concurrent statements
+// each lock many counters) or not.
 func TestOppositeOrders(t *testing.T) {
+	for _, mode := range batchModes {
+		t.Run(mode.name, func(t *testing.T) { testOppositeOrders(t, mode.name != "unbatched", mode.set) })
+	}
+}
+
+func testOppositeOrders(t *testing.T, batched bool, mode func(*postgres.Options)) {
 	const decisions, workers, instances = 1000, 24, 3
 	db := pgtest.New(t)
 	now := newClock(base.Add(time.Hour)).Now
 	stores := make([]*postgres.Store, instances)
 	for i := range stores {
-		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 8), now)
+		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 8), now, mode)
 	}
 	a := fixed("a", 600, 24*time.Hour) // binds: 600 of 1,000
 	b := token("b", 10_000, 24*time.Hour)
@@ -125,6 +171,10 @@ func TestOppositeOrders(t *testing.T) {
 	wait(t, &wg, 60*time.Second)
 	if errs.Load() > 0 {
 		t.Fatalf("%d decisions failed", errs.Load())
+	}
+	// 24 workers on 3 instances of at most 4 slots each: batches form.
+	if d, n := logStats(t, stores); batched && n >= d {
+		t.Errorf("%d decisions in %d statements: the batcher never batched", d, n)
 	}
 	want := map[string]int64{}
 	total := 0
@@ -377,8 +427,8 @@ func TestPeekAndReset(t *testing.T) {
 }
 
 // TestRowDeletedUnderDecision: a counter row deleted (by cleanup or Reset)
-// between the decision's insert and lock steps makes the database abort
-// the attempt, and the store retries it transparently.
+// while a decision waits for its lock is created anew by the decision,
+// which then counts from a fresh counter.
 func TestRowDeletedUnderDecision(t *testing.T) {
 	db := pgtest.New(t)
 	s := open(t, db, nil, newClock(base).Now)
@@ -410,8 +460,9 @@ func TestRowDeletedUnderDecision(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting int
+		// Only this test's schema: other packages' tests may share the server.
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%decide(%'`).Scan(&waiting); err != nil {
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
@@ -590,6 +641,87 @@ func TestRandomAgainstSequential(t *testing.T) {
 					t.Fatalf("round %d decision %d check %d:\n batched %+v\n single  %+v", round, i, j, d.Results[j], res[j])
 				}
 			}
+		}
+	}
+}
+
+// TestNewKeyRace: two decisions that both find a counter missing and both
+// create it: the second one's insert finds the first's row, its attempt is
+// abandoned without effect (SQLSTATE 40001) and retried transparently, and
+// the counts are exact.
+func TestNewKeyRace(t *testing.T) {
+	db := pgtest.New(t)
+	clk := newClock(base)
+	ctx := context.Background()
+	x := fixed("x", 10, time.Minute)
+	k := fixed("k", 10, time.Minute)
+	stores := []*postgres.Store{
+		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
+		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
+	}
+	decide(t, stores[0], chk(x, "x")) // x exists, k does not
+
+	// Hold x, so that both decisions find k missing, then wait for x.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+counters+" WHERE rule = 'x' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		ok  bool
+		err error
+	}
+	done := make(chan answer, 2)
+	for _, s := range stores {
+		go func() {
+			res := make([]limiter.Result, 2)
+			ok, err := s.Decide(ctx, []limiter.Check{chk(k, "new"), chk(x, "x")}, res)
+			done <- answer{ok, err}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		// Only this test's schema: other packages' tests may share the server.
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the decisions never both waited for the row lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a := <-done; a.err != nil || !a.ok {
+			t.Fatalf("decision = %+v", a)
+		}
+	}
+	statements := stores[0].BatchStats().Statements + stores[1].BatchStats().Statements
+	if statements != 1+2+1 { // the set-up, the two decisions, one retry
+		t.Errorf("%d statements, want 4: one of the two decisions retried once", statements)
+	}
+	for _, c := range []struct {
+		r    *policy.Rule
+		key  string
+		want int64
+	}{{x, "x", 3}, {k, "new", 2}} {
+		res, err := stores[0].Peek(ctx, chk(c.r, c.key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if used := c.r.Limit - res.Remaining; used != c.want {
+			t.Errorf("%s used %d, want %d", c.r.Name, used, c.want)
 		}
 	}
 }

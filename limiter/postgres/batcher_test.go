@@ -1,0 +1,639 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// tracer watches the decide statements of a pool: it counts them and their
+// prepares, and hands each one's context to onDecide (set before the pool
+// is used), which may hold the statement.
+type tracer struct {
+	decides, prepares atomic.Int64
+	onDecide          func(ctx context.Context)
+}
+
+func isDecide(sql string) bool { return strings.Contains(sql, ".decide(") }
+
+func (tr *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if isDecide(d.SQL) {
+		tr.decides.Add(1)
+		if tr.onDecide != nil {
+			tr.onDecide(ctx)
+		}
+	}
+	return ctx
+}
+
+func (tr *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (tr *tracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
+	if isDecide(d.SQL) {
+		tr.prepares.Add(1)
+	}
+	return ctx
+}
+
+func (tr *tracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// tracedPool opens a pool on db whose decide statements tr sees.
+func tracedPool(t testing.TB, db *pgtest.DB, maxConns int32, tr *tracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// gate holds every decide statement until the test lets it go, one
+// release per statement; a statement whose context ends is let go at once.
+type gate struct {
+	entered   atomic.Int64
+	release   chan struct{}
+	cancelled chan struct{} // one token per statement let go by its context
+}
+
+func newGate() *gate {
+	return &gate{release: make(chan struct{}, 1000), cancelled: make(chan struct{}, 1000)}
+}
+
+func (g *gate) hold(ctx context.Context) {
+	g.entered.Add(1)
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		g.cancelled <- struct{}{}
+	}
+}
+
+func (g *gate) let(n int) {
+	for range n {
+		g.release <- struct{}{}
+	}
+}
+
+// eventually waits until cond holds, failing t after ten seconds. It polls
+// for goroutines to reach a state, not for time to pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type answer struct {
+	ok  bool
+	err error
+}
+
+// decideAsync starts a decision and returns where its answer will arrive.
+func decideAsync(ctx context.Context, s *postgres.Store, cs ...limiter.Check) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		res := make([]limiter.Result, len(cs))
+		ok, err := s.Decide(ctx, cs, res)
+		ch <- answer{ok, err}
+	}()
+	return ch
+}
+
+// receive returns the answer from ch, failing t if none comes within ten
+// seconds.
+func receive(t *testing.T, ch <-chan answer) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer within 10s")
+		return answer{}
+	}
+}
+
+// used returns how much of r's limit key has used, as s sees it (a store
+// on a pool without a gate).
+func used(t *testing.T, s *postgres.Store, r *policy.Rule, key string) int64 {
+	t.Helper()
+	res, err := s.Peek(context.Background(), chk(r, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Limit - res.Remaining
+}
+
+type markKey struct{}
+
+// TestIdleDecisionGoesAtOnce: on an idle store a decision is one statement,
+// sent on the caller's own path under the caller's own context, so no
+// queue, timer or hand-off stands between the request and its round trip.
+// (A decision sent by a drain goroutine would carry the drain's context,
+// without the caller's mark.)
+func TestIdleDecisionGoesAtOnce(t *testing.T) {
+	db := pgtest.New(t)
+	tr := &tracer{}
+	var marks []any
+	var mu sync.Mutex
+	tr.onDecide = func(ctx context.Context) {
+		mu.Lock()
+		marks = append(marks, ctx.Value(markKey{}))
+		mu.Unlock()
+	}
+	s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now)
+	r := fixed("r", 10, time.Minute)
+	for i := range 3 {
+		ctx := context.WithValue(context.Background(), markKey{}, i)
+		before := s.BatchStats()
+		res := make([]limiter.Result, 1)
+		if ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res); err != nil || !ok {
+			t.Fatalf("decision %d: %v, %v", i, ok, err)
+		}
+		after := s.BatchStats()
+		if d, n := after.Decisions-before.Decisions, after.Statements-before.Statements; d != 1 || n != 1 {
+			t.Errorf("decision %d: %d decisions in %d statements, want 1 in 1", i, d, n)
+		}
+		if after.InFlight != 0 || after.Queued != 0 {
+			t.Errorf("after decision %d: %+v, want nothing in flight or queued", i, after)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(marks) != 3 || marks[0] != 0 || marks[1] != 1 || marks[2] != 2 {
+		t.Errorf("statements carried marks %v, want [0 1 2]: each sent under its caller's context", marks)
+	}
+	if got := tr.decides.Load(); got != 3 {
+		t.Errorf("%d statements reached the pool, want 3", got)
+	}
+}
+
+// TestBurstSharesStatements: while both slots are held, 198 more
+// concurrent decisions on one hot key queue up; they then go in a single
+// statement, and exactly the limit is allowed, for each algorithm.
+func TestBurstSharesStatements(t *testing.T) {
+	const decisions, limit, slots = 200, 5, 2
+	for _, a := range algos {
+		t.Run(a.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			g := newGate()
+			tr := &tracer{onDecide: g.hold}
+			s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now,
+				func(o *postgres.Options) { o.MaxInFlight = slots })
+			r := a.make("hot", limit+1, time.Hour)
+			// The key exists already: two statements that both create a
+			// key make one of them retry (see TestNewKeyRace).
+			obs := open(t, db, nil, newClock(base).Now)
+			decide(t, obs, chk(r, "k"))
+			answers := make([]<-chan answer, decisions)
+			for i := range answers {
+				answers[i] = decideAsync(context.Background(), s, chk(r, "k"))
+			}
+			eventually(t, "both slots hold a statement and the rest queue", func() bool {
+				st := s.BatchStats()
+				return g.entered.Load() == slots && st.Queued == decisions-slots
+			})
+			g.let(decisions) // more than enough
+			allowed := 0
+			for _, ch := range answers {
+				a := receive(t, ch)
+				if a.err != nil {
+					t.Fatal(a.err)
+				}
+				if a.ok {
+					allowed++
+				}
+			}
+			if allowed != limit {
+				t.Errorf("allowed %d, want exactly %d", allowed, limit)
+			}
+			st := s.BatchStats()
+			// Two held statements of one decision each, then one for the
+			// queue.
+			if st.Decisions != decisions || st.Statements != slots+1 {
+				t.Errorf("%d decisions in %d statements, want %d in %d", st.Decisions, st.Statements, decisions, slots+1)
+			}
+			if got := tr.decides.Load(); got != slots+1 {
+				t.Errorf("%d statements reached the pool, want %d", got, slots+1)
+			}
+			if st.InFlight != 0 || st.Queued != 0 {
+				t.Errorf("afterwards: %+v, want nothing in flight or queued", st)
+			}
+		})
+	}
+}
+
+// TestMaxBatch: a queue longer than MaxBatch goes in several statements,
+// each at most MaxBatch decisions, in arrival order.
+func TestMaxBatch(t *testing.T) {
+	db := pgtest.New(t)
+	g := newGate()
+	tr := &tracer{onDecide: g.hold}
+	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
+		func(o *postgres.Options) { o.MaxInFlight, o.MaxBatch = 1, 4 })
+	obs := open(t, db, nil, newClock(base).Now)
+	r := fixed("r", 100, time.Hour)
+	first := decideAsync(context.Background(), s, chk(r, "k"))
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+	var answers []<-chan answer
+	for range 10 {
+		answers = append(answers, decideAsync(context.Background(), s, chk(r, "k")))
+	}
+	eventually(t, "ten decisions queue", func() bool { return s.BatchStats().Queued == 10 })
+	g.let(100)
+	receive(t, first)
+	for _, ch := range answers {
+		if a := receive(t, ch); a.err != nil || !a.ok {
+			t.Fatalf("answer %+v", a)
+		}
+	}
+	// 1 + ceil(10/4) statements.
+	if st := s.BatchStats(); st.Statements != 4 || st.Decisions != 11 {
+		t.Errorf("%d decisions in %d statements, want 11 in 4", st.Decisions, st.Statements)
+	}
+	if n := used(t, obs, r, "k"); n != 11 {
+		t.Errorf("counter used %d, want 11", n)
+	}
+}
+
+// TestQueuedDecisionCancelled: a queued decision whose context ends
+// returns the context's error at once, and is never sent: it counts
+// nothing.
+func TestQueuedDecisionCancelled(t *testing.T) {
+	db := pgtest.New(t)
+	g := newGate()
+	tr := &tracer{onDecide: g.hold}
+	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
+		func(o *postgres.Options) { o.MaxInFlight = 1 })
+	obs := open(t, db, nil, newClock(base).Now)
+	r := fixed("r", 100, time.Hour)
+	first := decideAsync(context.Background(), s, chk(r, "first"))
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := decideAsync(ctx, s, chk(r, "k"))
+	eventually(t, "the decision queues", func() bool { return s.BatchStats().Queued == 1 })
+	cancel()
+	// The statement in flight is still held: the answer cannot wait for it.
+	if a := receive(t, gaveUp); !errors.Is(a.err, context.Canceled) || a.ok {
+		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
+	}
+	later := decideAsync(context.Background(), s, chk(r, "k"))
+	eventually(t, "the next decision queues", func() bool { return s.BatchStats().Queued == 2 })
+	g.let(10)
+	receive(t, first)
+	if a := receive(t, later); a.err != nil || !a.ok {
+		t.Fatalf("later decision = %+v", a)
+	}
+	if n := used(t, obs, r, "k"); n != 1 {
+		t.Errorf("counter used %d, want 1: the cancelled decision must not count", n)
+	}
+	if st := s.BatchStats(); st.Statements != 2 || st.Decisions != 2 || st.Queued != 0 || st.InFlight != 0 {
+		t.Errorf("stats %+v, want 2 decisions in 2 statements and an idle batcher", st)
+	}
+}
+
+// TestSentDecisionCancelled: a decision whose statement is in flight when
+// its context ends returns at once; the statement goes on for the others
+// in it (and may count the one that gave up, as documented). Once every
+// decision in a statement has given up, the statement is cancelled.
+func TestSentDecisionCancelled(t *testing.T) {
+	db := pgtest.New(t)
+	g := newGate()
+	tr := &tracer{onDecide: g.hold}
+	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
+		func(o *postgres.Options) { o.MaxInFlight = 1 })
+	obs := open(t, db, nil, newClock(base).Now)
+	r := fixed("r", 100, time.Hour)
+	first := decideAsync(context.Background(), s, chk(r, "first"))
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := decideAsync(ctx, s, chk(r, "k"))
+	eventually(t, "the first decision queues", func() bool { return s.BatchStats().Queued == 1 })
+	stays := decideAsync(context.Background(), s, chk(r, "k"))
+	eventually(t, "the second decision queues", func() bool { return s.BatchStats().Queued == 2 })
+	g.let(1)
+	receive(t, first)
+	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == 2 })
+	cancel()
+	if a := receive(t, gaveUp); !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
+	}
+	select {
+	case <-g.cancelled:
+		t.Fatal("the statement was cancelled although a decision still waits for it")
+	default:
+	}
+	g.let(1)
+	if a := receive(t, stays); a.err != nil || !a.ok {
+		t.Fatalf("the other decision of the batch = %+v", a)
+	}
+	if n := used(t, obs, r, "k"); n != 2 {
+		t.Errorf("counter used %d, want 2 (the batch was sent with both)", n)
+	}
+
+	// Now a batch whose only decision gives up: its statement is cancelled.
+	head := decideAsync(context.Background(), s, chk(r, "first"))
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 3 })
+	ctx, cancel = context.WithCancel(context.Background())
+	alone := decideAsync(ctx, s, chk(r, "k"))
+	eventually(t, "the decision queues", func() bool { return s.BatchStats().Queued == 1 })
+	g.let(1)
+	receive(t, head)
+	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == 4 })
+	cancel()
+	if a := receive(t, alone); !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
+	}
+	select {
+	case <-g.cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the statement nobody waits for was not cancelled")
+	}
+	eventually(t, "the slot is free again", func() bool { return s.BatchStats().InFlight == 0 })
+	g.let(1)
+	if ok, _ := decide(t, s, chk(r, "k")); !ok {
+		t.Error("a decision after the cancelled batch was denied")
+	}
+}
+
+// TestMalformedDecisionInBatch: a decision that cannot be built fails
+// alone; the others queued with it are decided.
+func TestMalformedDecisionInBatch(t *testing.T) {
+	db := pgtest.New(t)
+	g := newGate()
+	tr := &tracer{onDecide: g.hold}
+	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
+		func(o *postgres.Options) { o.MaxInFlight = 1 })
+	obs := open(t, db, nil, newClock(base).Now)
+	good := fixed("r", 100, time.Hour)
+	bad := &policy.Rule{Name: "bad", Limit: 0, Window: time.Hour, Algorithm: policy.Fixed, Cost: 1}
+	otherAlg := token("r", 100, time.Hour) // the name of good, another algorithm
+	first := decideAsync(context.Background(), s, chk(good, "first"))
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+	a1 := decideAsync(context.Background(), s, chk(good, "k"))
+	eventually(t, "1 queued", func() bool { return s.BatchStats().Queued == 1 })
+	a2 := decideAsync(context.Background(), s, chk(bad, "k"), chk(good, "k"))
+	eventually(t, "2 queued", func() bool { return s.BatchStats().Queued == 2 })
+	a3 := decideAsync(context.Background(), s, chk(good, "k"))
+	eventually(t, "3 queued", func() bool { return s.BatchStats().Queued == 3 })
+	a4 := decideAsync(context.Background(), s, chk(otherAlg, "k"))
+	eventually(t, "4 queued", func() bool { return s.BatchStats().Queued == 4 })
+	g.let(100)
+	receive(t, first)
+	if a := receive(t, a2); a.err == nil {
+		t.Error("the malformed decision succeeded")
+	}
+	for i, ch := range []<-chan answer{a1, a3, a4} {
+		if a := receive(t, ch); a.err != nil || !a.ok {
+			t.Errorf("well-formed decision %d = %+v", i, a)
+		}
+	}
+	// One by one, in order: good, good, then otherAlg, which reads the
+	// counter of the other algorithm as absent and starts it anew.
+	if n := used(t, obs, otherAlg, "k"); n != 1 {
+		t.Errorf("counter used %d, want 1", n)
+	}
+	if st := s.BatchStats(); st.Statements != 4 {
+		t.Errorf("%d statements, want 4: the first, then one per well-formed decision of the failed batch", st.Statements)
+	}
+}
+
+// TestPreparedOnce: on one connection, the decide statement is prepared
+// once and then only executed, and the server settles on a generic plan
+// for it instead of planning every call.
+func TestPreparedOnce(t *testing.T) {
+	db := pgtest.New(t)
+	tr := &tracer{}
+	pool := tracedPool(t, db, 1, tr)
+	s := open(t, db, pool, newClock(base).Now)
+	r := fixed("r", 1000, time.Minute)
+	const n = 30
+	for i := range n {
+		decide(t, s, chk(r, fmt.Sprint(i%7)))
+	}
+	if p, q := tr.prepares.Load(), tr.decides.Load(); p != 1 || q != n {
+		t.Errorf("%d prepares for %d statements, want 1 for %d", p, q, n)
+	}
+	var generic, custom int64
+	err := pool.QueryRow(context.Background(), `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement LIKE '%.decide(%' AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server plans the first five executions on their own, then
+	// switches to the generic plan if it is no worse.
+	if custom > 5 || generic+custom != n {
+		t.Errorf("%d generic and %d custom plans for %d executions, want the generic plan from the sixth on", generic, custom, n)
+	}
+}
+
+// TestAsynchronousCommit: with AsynchronousCommit the decide statement
+// turns synchronous_commit off for its own transaction only.
+func TestAsynchronousCommit(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			pool := pgtest.NewPool(t, db.URL, 1)
+			s := open(t, db, pool, newClock(base).Now, func(o *postgres.Options) { o.AsynchronousCommit = async })
+			r := fixed("r", 10, time.Minute)
+			if ok, _ := decide(t, s, chk(r, "k")); !ok {
+				t.Fatal("denied")
+			}
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			setting := func(q pgx.Tx) string {
+				var v string
+				var err error
+				if q != nil {
+					err = q.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v)
+				} else {
+					err = conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			session := setting(nil)
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var nowUS int64
+			var allowed []bool
+			var remaining, resetUS, retryUS []int64
+			if err := tx.QueryRow(ctx, postgres.DecideSQL(s), nil, false,
+				[]string{"r"}, []string{"k"}, []int16{0}, []int64{10}, []int64{60_000_000}, []int64{0}, []int64{0},
+				[]int32{0}, []int32{1}, []int64{1}, []bool{false}, []bool{false},
+			).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS); err != nil {
+				t.Fatal(err)
+			}
+			want := session
+			if async {
+				want = "off"
+			}
+			if got := setting(tx); got != want {
+				t.Errorf("inside the decision's transaction synchronous_commit = %s, want %s", got, want)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := setting(nil); got != session {
+				t.Errorf("after the transaction the session has synchronous_commit = %s, want %s as before", got, session)
+			}
+		})
+	}
+}
+
+// TestDecideUsesPrimaryKey: decide reaches counters through the primary
+// key only, even when its plans were made on an empty table that then
+// grew (a plan made from the statistics of an empty table would scan the
+// whole table on every later call of the session).
+func TestDecideUsesPrimaryKey(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	s := open(t, db, nil, newClock(base).Now)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	decideIn := func(key string) {
+		t.Helper()
+		var nowUS int64
+		var allowed []bool
+		var remaining, resetUS, retryUS []int64
+		if err := tx.QueryRow(ctx, postgres.DecideSQL(s), nil, false,
+			[]string{"r", "r"}, []string{key, key + "2"}, []int16{0, 0}, []int64{10, 10}, []int64{60_000_000, 60_000_000},
+			[]int64{0, 0}, []int64{0, 0}, []int32{0, 0}, []int32{1, 2}, []int64{1, 1}, []bool{false, false}, []bool{false, false},
+		).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The view may hold counts of earlier transactions that the session
+	// has not reported yet: compare with a baseline.
+	scans := func() (seq, idx int64) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables
+			WHERE schemaname = $1 AND relname = 'counters'`, db.Schema).Scan(&seq, &idx); err != nil {
+			t.Fatal(err)
+		}
+		return seq, idx
+	}
+	seq0, idx0 := scans()
+	decideIn("a") // plans made on an empty table
+	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
+	if _, err := tx.Exec(ctx, "INSERT INTO "+counters+` (rule, key, alg, a, n, expires_at)
+		SELECT 'r', 'k' || i, 0, 0, 1, 'infinity' FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	decideIn("k77")
+	decideIn("b")
+	seq, idx := scans()
+	if seq, idx = seq-seq0, idx-idx0; seq != 0 || idx == 0 {
+		t.Errorf("decide scanned counters %d times sequentially and %d times by index, want only by index", seq, idx)
+	}
+}
+
+// TestConfigurePool: ConfigurePool keeps connections warm unless told
+// otherwise, and its connection set-up runs before the caller's own.
+func TestConfigurePool(t *testing.T) {
+	db := pgtest.New(t)
+	for _, tc := range []struct {
+		url  string
+		want int32
+	}{
+		{db.URL, postgres.DefaultMaxInFlight + 1},
+		{db.URL + sepFor(db.URL) + "pool_min_conns=3", 3},
+	} {
+		cfg, err := pgxpool.ParseConfig(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var after atomic.Int64
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			after.Add(1)
+			return nil
+		}
+		postgres.ConfigurePool(cfg)
+		if cfg.MinConns != tc.want {
+			t.Errorf("%s: MinConns %d, want %d", tc.url, cfg.MinConns, tc.want)
+		}
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s := open(t, db, pool, newClock(base).Now)
+		if ok, _ := decide(t, s, chk(fixed("r", 1, time.Minute), tc.url)); !ok {
+			t.Error("denied")
+		}
+		if after.Load() == 0 {
+			t.Error("the caller's AfterConnect did not run")
+		}
+	}
+}
+
+func sepFor(url string) string {
+	if strings.Contains(url, "?") {
+		return "&"
+	}
+	return "?"
+}
+
+// TestCollectors: the statement metrics follow BatchStats.
+func TestCollectors(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, nil, newClock(base).Now)
+	r := fixed("r", 10, time.Minute)
+	decide(t, s, chk(r, "a"))
+	decide(t, s, chk(r, "b"), chk(r, "c"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collectors()...)
+	want := `
+# HELP sluice_db_decide_statements_total Decide statements (transactions) sent for them, retries included.
+# TYPE sluice_db_decide_statements_total counter
+sluice_db_decide_statements_total 2
+# HELP sluice_db_decisions_total Decisions sent to the database.
+# TYPE sluice_db_decisions_total counter
+sluice_db_decisions_total 2
+# HELP sluice_db_queued_decisions Decisions waiting for a statement while others are in flight.
+# TYPE sluice_db_queued_decisions gauge
+sluice_db_queued_decisions 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
