@@ -28,6 +28,10 @@ import (
 // SIGTERM before connections are closed.
 const shutdownGrace = 25 * time.Second
 
+// keyEventPoll is how often each instance looks for keys reset or
+// re-limited elsewhere.
+const keyEventPoll = time.Second
+
 // memorySweepInterval is how often the memory store drops expired counters.
 const memorySweepInterval = 10 * time.Second
 
@@ -120,6 +124,11 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 	if err != nil {
 		g.close()
 		return nil, err
+	}
+	if pg, ok := store.(*postgres.Store); ok {
+		// An admin reset or override change on any instance clears this
+		// instance's fast path for that key within about a second.
+		g.runners = append(g.runners, func(ctx context.Context) { pg.WatchKeyEvents(ctx, keyEventPoll, lim.Forget) })
 	}
 	px, err := proxy.New(proxy.Config{
 		Upstream:     cfg.upstream,

@@ -254,3 +254,52 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatalf("first run %q, second %q", first, out.String())
 	}
 }
+
+// TestAdminResetReachesEveryInstance: a key reset through one instance's
+// admin API clears the over-limit fast path of every instance.
+func TestAdminResetReachesEveryInstance(t *testing.T) {
+	db := pgtest.New(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	env := map[string]string{
+		"SLUICE_UPSTREAM":     up.URL,
+		"SLUICE_RULES":        "login: POST /api/login by ip 1/1h",
+		"SLUICE_DATABASE_URL": db.URL,
+		"SLUICE_DB_SCHEMA":    db.Schema,
+		"SLUICE_HASH_KEY":     "shared-secret-0123456789",
+		"SLUICE_DB_TIMEOUT":   "5s",
+		"SLUICE_ADMIN_TOKEN":  "tok",
+	}
+	a, b := start(t, env), start(t, env)
+	post := func(g *running) int {
+		res, err := http.Post(g.url+"/api/login", "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if post(b) != 200 || post(b) != 429 || post(b) != 429 { // the last one from b's fast path
+		t.Fatal("limit 1 not applied on b")
+	}
+	req, _ := http.NewRequest("DELETE", a.admin+"/v1/keys?rule=login&ip=127.0.0.1", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 204 {
+		t.Fatalf("reset through a: %v %v", res, err)
+	}
+	res.Body.Close()
+	// b learns of the reset by polling (every second); wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for post(b) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("b still denies 10 s after the key was reset through a")
+		}
+		// Each denied try must not consume: the limit is 1 and the room
+		// stays free until a request is allowed.
+		time.Sleep(200 * time.Millisecond)
+	}
+	if post(a) != 429 {
+		t.Fatal("the reset key's room was used once; a must deny now")
+	}
+}

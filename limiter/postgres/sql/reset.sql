@@ -1,4 +1,8 @@
--- Forgets one counter. A decision that holds the row finishes first (the
+-- Forgets one counter and records the reset, so every instance drops the
+-- key from its fast path. A decision that holds the row finishes first (the
 -- DELETE waits for its lock); one that waits for the row's lock meanwhile
 -- finds it gone and creates the counter anew.
-DELETE FROM {{schema}}.counters WHERE rule = $1::text AND key = $2::text
+WITH gone AS (
+    DELETE FROM {{schema}}.counters WHERE rule = $1::text AND key = $2::text
+)
+INSERT INTO {{schema}}.key_events (rule, key) VALUES ($1::text, $2::text)
