@@ -4,11 +4,9 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -56,45 +54,16 @@ type faultGateway struct {
 // called), logging at Info and above into an observer.
 func startFault(t *testing.T, env map[string]string) *faultGateway {
 	t.Helper()
-	cfg, err := load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
 	core, logs := observer.New(zapcore.InfoLevel)
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := newGateway(ctx, cfg, zap.New(core))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	public, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	served := &durations{}
-	h := g.public.Handler
-	g.public.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		began := time.Now()
-		h.ServeHTTP(w, r)
-		served.add(time.Since(began))
+	g, r := serveGateway(t, env, zap.New(core), func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			began := time.Now()
+			h.ServeHTTP(w, r)
+			served.add(time.Since(began))
+		})
 	})
-	done := make(chan error, 1)
-	go func() { done <- g.serve(ctx, public, admin) }()
-	var once sync.Once
-	var serveErr error
-	stop := func() error {
-		once.Do(func() { cancel(); serveErr = <-done })
-		return serveErr
-	}
-	t.Cleanup(func() { stop() })
-	return &faultGateway{
-		url: "http://" + public.Addr().String(), admin: "http://" + admin.Addr().String(),
-		g: g, logs: logs, served: served, stop: stop,
-	}
+	return &faultGateway{url: r.url, admin: r.admin, g: g, logs: logs, served: served, stop: r.stop}
 }
 
 // durations collects the times the gateway took to serve requests, from

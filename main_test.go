@@ -58,15 +58,27 @@ type running struct {
 // start runs a gateway for env until the test ends (or stop is called).
 func start(t *testing.T, env map[string]string) *running {
 	t.Helper()
+	_, r := serveGateway(t, env, zap.NewNop(), nil)
+	return r
+}
+
+// serveGateway runs a gateway for env on loopback, logging to log, its
+// public handler wrapped by wrap when wrap is not nil, until the test ends
+// (or stop is called).
+func serveGateway(t *testing.T, env map[string]string, log *zap.Logger, wrap func(http.Handler) http.Handler) (*gateway, *running) {
+	t.Helper()
 	cfg, err := load(env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g, err := newGateway(ctx, cfg, zap.NewNop())
+	g, err := newGateway(ctx, cfg, log)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		g.public.Handler = wrap(g.public.Handler)
 	}
 	public, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -85,7 +97,7 @@ func start(t *testing.T, env map[string]string) *running {
 		return serveErr
 	}
 	t.Cleanup(func() { stop() })
-	return &running{url: "http://" + public.Addr().String(), admin: "http://" + admin.Addr().String(), stop: stop}
+	return g, &running{url: "http://" + public.Addr().String(), admin: "http://" + admin.Addr().String(), stop: stop}
 }
 
 func get(t *testing.T, url string) (int, string) {

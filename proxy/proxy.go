@@ -92,6 +92,11 @@ func New(cfg Config) (*Proxy, error) {
 		p.upNames = append(p.upNames, r.Prefix)
 	}
 	p.upNames = append(p.upNames, "default")
+	if cfg.Metrics != nil {
+		for _, name := range p.upNames { // every series exists from the start
+			cfg.Metrics.upstream.WithLabelValues(name)
+		}
+	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      cfg.Transport,
