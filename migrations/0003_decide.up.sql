@@ -50,12 +50,14 @@
 -- decisions can wait on each other in a cycle: no deadlock, whatever order
 -- the requests listed their rules in. The locks are held to commit, so the
 -- counts are exact under any concurrency. A counter that another
--- transaction created between the two steps would have to be locked out of
--- order: the call then fails with SQLSTATE 40001 (serialization_failure)
--- having changed nothing, and the caller retries (this happens only when
--- two transactions create the same counter at once). A counter deleted
--- (by cleanup or an admin reset) while the call waited for its lock is
--- simply created anew.
+-- transaction created between the two steps is locked only if that
+-- needs no waiting (FOR UPDATE NOWAIT), since waiting out of order could
+-- deadlock; otherwise the call fails with SQLSTATE 55P03
+-- (lock_not_available) or 40001 (serialization_failure) having changed
+-- nothing, and the caller retries (this takes two transactions creating
+-- the same counter at once, and a third holding it). A counter deleted (by
+-- cleanup or an admin reset) while the call waited for its lock is simply
+-- created anew.
 --
 -- Writes: each counter whose state changed is written once, by one UPDATE at
 -- the end that touches no indexed column (a HOT update). Counters that
@@ -215,11 +217,7 @@ BEGIN
     END LOOP;
 
     -- 2. Insert the counters that do not exist yet, in canonical order, so
-    -- that this transaction holds every counter it decides on. A counter
-    -- another transaction created since step 1 (or is creating: the insert
-    -- then waits for it) would now have to be locked out of canonical
-    -- order, which could deadlock; instead the call fails with SQLSTATE
-    -- 40001 having changed nothing, and the caller retries.
+    -- that this transaction holds every counter it decides on.
     IF locked < ns AND NOT p_peek THEN
         n_drop := ns - locked;
         INSERT INTO {{schema}}.counters AS c (rule, key, alg, expires_at)
@@ -230,8 +228,45 @@ BEGIN
         ON CONFLICT (rule, key) DO NOTHING;
         GET DIAGNOSTICS inserted = ROW_COUNT;
         IF inserted <> n_drop THEN
-            RAISE EXCEPTION 'sluice decide: a counter was created concurrently; retry the decision'
-                USING ERRCODE = 'serialization_failure';
+            -- Another transaction created some of them since step 1 and has
+            -- committed (the insert waited for it). Waiting for their locks
+            -- now, out of canonical order, could deadlock, so take them
+            -- only if they are free (NOWAIT; else SQLSTATE 55P03 ends the
+            -- call having changed nothing, and the caller retries). The rows
+            -- this call inserted itself are recognised by their
+            -- '-infinity', which no committed row carries.
+            FOR rec IN
+                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
+                       c.expires_at = '-infinity' AS mine
+                FROM {{schema}}.counters AS c
+                JOIN unnest(s_rule, s_key, fresh) WITH ORDINALITY AS u(rule, key, missing, i)
+                  ON c.rule = u.rule AND c.key = u.key
+                WHERE u.missing
+                ORDER BY c.rule, c.key
+                FOR UPDATE OF c NOWAIT
+            LOOP
+                CONTINUE WHEN rec.mine;
+                s := rec.i;
+                raw_alg[s] := rec.alg;
+                raw_a[s]   := rec.a;
+                raw_n[s]   := rec.n;
+                raw_b[s]   := rec.bucket_us;
+                fresh[s]   := false;
+                n_drop     := n_drop - 1;
+                IF rec.buckets IS NOT NULL THEN
+                    raw_off[s] := cardinality(raw_ring);
+                    raw_len[s] := cardinality(rec.buckets);
+                    FOR q IN 1 .. raw_len[s] LOOP
+                        raw_ring[raw_off[s] + q] := rec.buckets[q];
+                    END LOOP;
+                END IF;
+            END LOOP;
+            IF inserted <> n_drop THEN
+                -- A counter created meanwhile was deleted again before we
+                -- could see it: try again from the start.
+                RAISE EXCEPTION 'sluice decide: a counter was created and deleted concurrently; retry the decision'
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
         END IF;
     END IF;
 

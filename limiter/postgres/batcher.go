@@ -13,34 +13,38 @@ import (
 
 // The batcher turns many concurrent Decide calls into few statements.
 //
-// A decision that finds a free slot (fewer than MaxInFlight statements in
-// flight) and nobody queued is sent at once, on the caller's goroutine and
-// under the caller's context, exactly as an unbatched store would send it:
-// an idle gateway pays one round trip and no timer, no goroutine hand-off.
-// A decision that finds every slot busy joins a FIFO queue. When a
-// statement finishes, its slot is not given up while decisions are queued:
-// a drain goroutine (one per slot at most, living only while there is
-// work) takes every queued decision, up to MaxBatch, and decides them all
-// in one DecideBatch statement. So the batch size adapts to the load by
-// itself: at low load every decision goes alone, and under load each
-// statement carries whatever arrived during the previous round trip.
+// Every decision joins a FIFO queue. When fewer than MaxInFlight
+// statements are in flight, the decision also starts a drain goroutine at
+// once, which takes everything queued (up to MaxBatch decisions) and
+// decides it in one DecideBatch statement, then takes what queued up
+// meanwhile, and so on until the queue is empty, when it gives its slot up.
+// An idle gateway therefore sends a lone decision straight away, alone, in
+// one round trip: no timer, no waiting for company. Under load each
+// statement carries whatever arrived while the previous one was in flight,
+// so the batch size follows the load by itself.
 //
 // Exactness is the database's: a batch is one transaction that locks its
 // counters in (rule, key) order and applies its decisions one after
 // another in arrival order, each seeing the state the previous one left,
 // so a batch is equivalent to its decisions made one by one, and
-// concurrent statements (up to MaxInFlight of them, from any number of
-// instances) serialise on the row locks as any transactions do, without
-// deadlock because every one locks in the same order. Nothing is counted
-// on the Go side.
+// concurrent statements (up to MaxInFlight of them per instance, from any
+// number of instances) serialise on the row locks as any transactions do,
+// without deadlock because every one locks in the same order. Nothing is
+// counted on the Go side.
 //
-// Contexts: a queued decision whose context is done before a drain took it
-// is removed and never sent; its caller gets the context's error at once.
-// A decision already sent when its context ends also returns the
-// context's error at once, but the statement is not recalled for the
-// others in it: the decision may have been counted, as with any network
-// call that times out. The statement itself is cancelled only once every
-// decision in it has been abandoned.
+// Contexts: a decision whose context ends while it is queued is dropped
+// from the queue, never sent, and counts nothing; its caller gets the
+// context's error at once. A decision whose statement is already in flight
+// also returns the context's error at once, but the statement goes on: the
+// decision may have been counted, as with any network call that times
+// out. Statements run under a context of their own, bounded by
+// StatementTimeout, rather than under their callers' deadlines: cancelling
+// a statement makes pgx close its connection, and a new connection's first
+// decide (connecting, compiling the function, planning) costs more than a
+// decision's deadline on a loaded machine, so deadline-bound statements
+// turned one slow moment into a lasting storm of reconnections and
+// timeouts. A slow database now only holds its slot until the statement
+// ends, on a connection that stays warm.
 
 // call is one queued decision. The batcher owns checks and results (copies
 // of the caller's), so a caller that gives up may reuse its own slices at
@@ -51,14 +55,13 @@ type call struct {
 	allowed bool
 	err     error
 	state   atomic.Uint32
-	bt      *flight       // the statement that took the call; set before callTaken
 	done    chan struct{} // receives one token when state becomes callDone
 }
 
 // Call states. A call moves from callQueued to callTaken (a drain took it)
 // and then to callDone (its answer is in place), or to callAbandoned (its
-// caller gave up) from either of the first two; whoever makes the last
-// transition owns the call afterwards.
+// caller gave up) from either of the first two. A done call belongs to its
+// caller again; an abandoned one to the drain that finds it.
 const (
 	callQueued uint32 = iota
 	callTaken
@@ -76,29 +79,13 @@ func newCall(checks []limiter.Check) *call {
 	return c
 }
 
-// recycle returns c to the pool. Only the call's last owner calls it, and
-// only when no token is left in c.done.
+// recycle returns c to the pool. Only the call's owner calls it, and only
+// when no token is left in c.done.
 func (c *call) recycle() {
 	clear(c.checks) // drop the rule pointers and key strings
 	c.checks = c.checks[:0]
-	c.bt, c.err, c.allowed = nil, nil, false
+	c.err, c.allowed = nil, false
 	callPool.Put(c)
-}
-
-// flight is one statement sent by a drain. Its context is cancelled once
-// every call in it has been abandoned: nobody waits for the answer then.
-type flight struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	// live counts the calls still waiting, plus one held by the drain
-	// until the statement is sent.
-	live atomic.Int32
-}
-
-func (f *flight) unref() {
-	if f.live.Add(-1) == 0 {
-		f.cancel()
-	}
 }
 
 // batcher is the queue and the slots. Its zero value is not usable; see
@@ -122,16 +109,8 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 		return false, decideErr(err)
 	}
 	b := s.batch
-	b.mu.Lock()
-	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
-		// Idle enough: send it now, here, as the unbatched store would.
-		b.inFlight++
-		b.mu.Unlock()
-		ok, err := s.decideOne(ctx, checks, results)
-		s.releaseSlot()
-		return ok, err
-	}
 	c := newCall(checks)
+	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	start := b.inFlight < b.maxInFlight
 	if start {
@@ -145,19 +124,11 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(callQueued, callAbandoned) {
-			// Never sent: nothing was counted. The drain that finds it
-			// in the queue recycles it.
-			return false, decideErr(ctx.Err())
-		}
-		// Taken or done: bt is set and stays so until this caller lets
-		// go of the call, since only an abandoned call is recycled by the
-		// drain. Read it now; once abandoned, c may be reused at once.
-		f := c.bt
-		if c.state.CompareAndSwap(callTaken, callAbandoned) {
-			// Sent, or about to be: the batch decides it anyway, and the
-			// drain recycles it afterwards.
-			f.unref()
+		if c.state.CompareAndSwap(callQueued, callAbandoned) ||
+			c.state.CompareAndSwap(callTaken, callAbandoned) {
+			// Still queued: it will never be sent. Or in a statement
+			// already: the statement decides it anyway. Either way the
+			// drain that meets it recycles it.
 			return false, decideErr(ctx.Err())
 		}
 		<-c.done // callDone: the answer is there, take it
@@ -168,20 +139,6 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 	return ok, err
 }
 
-// releaseSlot gives up a slot after a direct decision, or hands it to a
-// drain when decisions queued up meanwhile.
-func (s *Store) releaseSlot() {
-	b := s.batch
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.inFlight--
-		b.mu.Unlock()
-		return
-	}
-	b.mu.Unlock()
-	go s.drain()
-}
-
 // drain decides queued calls, a batch per statement, until the queue is
 // empty, then gives its slot up.
 func (s *Store) drain() {
@@ -190,32 +147,28 @@ func (s *Store) drain() {
 		ds    []Decision
 	)
 	for {
-		f := &flight{}
-		f.ctx, f.cancel = context.WithCancel(context.Background())
-		f.live.Store(1)
-		calls = s.take(calls[:0], f)
+		calls = s.take(calls[:0])
 		if len(calls) == 0 {
-			f.cancel()
 			return // take gave the slot up
 		}
 		ds = ds[:0]
 		for _, c := range calls {
 			ds = append(ds, Decision{Checks: c.checks, Results: c.results})
 		}
-		f.unref() // from here, only the callers keep the statement alive
-		err := s.run(f.ctx, ds, false)
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StatementTimeout)
+		err := s.run(ctx, ds, false)
 		var be *errBuild
 		if errors.As(err, &be) && len(ds) > 1 {
 			// One malformed decision must not fail the others.
 			for i, c := range calls {
-				ds[i].Allowed, c.err = s.decideOne(f.ctx, c.checks, c.results)
+				ds[i].Allowed, c.err = s.decideOne(ctx, c.checks, c.results)
 			}
 		} else {
 			for _, c := range calls {
 				c.err = err
 			}
 		}
-		f.cancel()
+		cancel()
 		for i, c := range calls {
 			c.allowed = ds[i].Allowed
 			if c.state.CompareAndSwap(callTaken, callDone) {
@@ -229,11 +182,11 @@ func (s *Store) drain() {
 	}
 }
 
-// take moves up to maxBatch queued calls into calls (skipping and
-// recycling abandoned ones) and marks them as taken by f. When the queue
-// is empty it gives up the caller's slot instead, under the same lock, so
-// that a call queued later always finds a free slot or a drain.
-func (s *Store) take(calls []*call, f *flight) []*call {
+// take moves up to maxBatch queued calls into calls, recycling abandoned
+// ones on the way. When the queue is empty it gives the drain's slot up
+// instead, under the same lock, so that a call queued later always finds
+// a free slot or a drain that will take it.
+func (s *Store) take(calls []*call) []*call {
 	b := s.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -241,12 +194,8 @@ func (s *Store) take(calls []*call, f *flight) []*call {
 	for n < len(b.queue) && len(calls) < b.maxBatch {
 		c := b.queue[n]
 		n++
-		f.live.Add(1)
-		c.bt = f
 		if !c.state.CompareAndSwap(callQueued, callTaken) {
-			f.live.Add(-1) // cannot reach zero: the drain holds one
-			c.bt = nil
-			c.recycle()
+			c.recycle() // abandoned while queued
 			continue
 		}
 		calls = append(calls, c)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,44 +148,35 @@ func used(t *testing.T, s *postgres.Store, r *policy.Rule, key string) int64 {
 	return r.Limit - res.Remaining
 }
 
-type markKey struct{}
-
-// TestIdleDecisionGoesAtOnce: on an idle store a decision is one statement,
-// sent on the caller's own path under the caller's own context, so no
-// queue, timer or hand-off stands between the request and its round trip.
-// (A decision sent by a drain goroutine would carry the drain's context,
-// without the caller's mark.)
+// TestIdleDecisionGoesAtOnce: on an idle store a lone decision is sent at
+// once, alone, as one statement: it reaches the database while it is the
+// only decision there is, with no other decision to wait for and no clock
+// to move (the batcher has none).
 func TestIdleDecisionGoesAtOnce(t *testing.T) {
 	db := pgtest.New(t)
-	tr := &tracer{}
-	var marks []any
-	var mu sync.Mutex
-	tr.onDecide = func(ctx context.Context) {
-		mu.Lock()
-		marks = append(marks, ctx.Value(markKey{}))
-		mu.Unlock()
-	}
+	g := newGate()
+	tr := &tracer{onDecide: g.hold}
 	s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now)
 	r := fixed("r", 10, time.Minute)
 	for i := range 3 {
-		ctx := context.WithValue(context.Background(), markKey{}, i)
 		before := s.BatchStats()
-		res := make([]limiter.Result, 1)
-		if ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res); err != nil || !ok {
-			t.Fatalf("decision %d: %v, %v", i, ok, err)
+		ch := decideAsync(context.Background(), s, chk(r, "k"))
+		eventually(t, "the decision is in a statement", func() bool { return g.entered.Load() == int64(i+1) })
+		if st := s.BatchStats(); st.Queued != 0 || st.InFlight != 1 || st.Decisions-before.Decisions != 1 {
+			t.Errorf("decision %d, held in the database: %+v, want it alone in the one statement in flight", i, st)
+		}
+		g.let(1)
+		if a := receive(t, ch); a.err != nil || !a.ok {
+			t.Fatalf("decision %d = %+v", i, a)
 		}
 		after := s.BatchStats()
 		if d, n := after.Decisions-before.Decisions, after.Statements-before.Statements; d != 1 || n != 1 {
 			t.Errorf("decision %d: %d decisions in %d statements, want 1 in 1", i, d, n)
 		}
-		if after.InFlight != 0 || after.Queued != 0 {
-			t.Errorf("after decision %d: %+v, want nothing in flight or queued", i, after)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(marks) != 3 || marks[0] != 0 || marks[1] != 1 || marks[2] != 2 {
-		t.Errorf("statements carried marks %v, want [0 1 2]: each sent under its caller's context", marks)
+		eventually(t, "the slot is given up", func() bool {
+			st := s.BatchStats()
+			return st.InFlight == 0 && st.Queued == 0
+		})
 	}
 	if got := tr.decides.Load(); got != 3 {
 		t.Errorf("%d statements reached the pool, want 3", got)
@@ -214,10 +204,16 @@ func TestBurstSharesStatements(t *testing.T) {
 			for i := range answers {
 				answers[i] = decideAsync(context.Background(), s, chk(r, "k"))
 			}
-			eventually(t, "both slots hold a statement and the rest queue", func() bool {
+			// The slots hold statements with the decisions that had queued
+			// when each started, and the rest queue behind them (a slot
+			// whose drain found the queue empty is free again).
+			eventually(t, "the slots hold statements and the rest queue", func() bool {
 				st := s.BatchStats()
-				return g.entered.Load() == slots && st.Queued == decisions-slots
+				entered := g.entered.Load()
+				return st.Decisions+uint64(st.Queued) == decisions && entered == int64(st.Statements) &&
+					(st.Queued == 0 || entered == slots)
 			})
+			held := s.BatchStats()
 			g.let(decisions) // more than enough
 			allowed := 0
 			for _, ch := range answers {
@@ -233,17 +229,21 @@ func TestBurstSharesStatements(t *testing.T) {
 				t.Errorf("allowed %d, want exactly %d", allowed, limit)
 			}
 			st := s.BatchStats()
-			// Two held statements of one decision each, then one for the
-			// queue.
-			if st.Decisions != decisions || st.Statements != slots+1 {
-				t.Errorf("%d decisions in %d statements, want %d in %d", st.Decisions, st.Statements, decisions, slots+1)
+			// The held statements, then one for all that queued.
+			want := held.Statements
+			if held.Queued > 0 {
+				want++
 			}
-			if got := tr.decides.Load(); got != slots+1 {
-				t.Errorf("%d statements reached the pool, want %d", got, slots+1)
+			if st.Decisions != decisions || st.Statements != want {
+				t.Errorf("%d decisions in %d statements, want %d in %d", st.Decisions, st.Statements, decisions, want)
 			}
-			if st.InFlight != 0 || st.Queued != 0 {
-				t.Errorf("afterwards: %+v, want nothing in flight or queued", st)
+			if got := tr.decides.Load(); got != int64(want) {
+				t.Errorf("%d statements reached the pool, want %d", got, want)
 			}
+			eventually(t, "the slots are given up", func() bool {
+				st := s.BatchStats()
+				return st.InFlight == 0 && st.Queued == 0
+			})
 		})
 	}
 }
@@ -313,21 +313,37 @@ func TestQueuedDecisionCancelled(t *testing.T) {
 	if n := used(t, obs, r, "k"); n != 1 {
 		t.Errorf("counter used %d, want 1: the cancelled decision must not count", n)
 	}
-	if st := s.BatchStats(); st.Statements != 2 || st.Decisions != 2 || st.Queued != 0 || st.InFlight != 0 {
-		t.Errorf("stats %+v, want 2 decisions in 2 statements and an idle batcher", st)
+	if st := s.BatchStats(); st.Statements != 2 || st.Decisions != 2 {
+		t.Errorf("stats %+v, want 2 decisions in 2 statements", st)
 	}
+	eventually(t, "the batcher is idle", func() bool {
+		st := s.BatchStats()
+		return st.InFlight == 0 && st.Queued == 0
+	})
 }
 
 // TestSentDecisionCancelled: a decision whose statement is in flight when
-// its context ends returns at once; the statement goes on for the others
-// in it (and may count the one that gave up, as documented). Once every
-// decision in a statement has given up, the statement is cancelled.
+// its context ends returns at once; the statement goes on, for the others
+// in it and even when nobody waits for it any more (it may count the
+// decisions that gave up, as documented), and its connection survives.
 func TestSentDecisionCancelled(t *testing.T) {
 	db := pgtest.New(t)
 	g := newGate()
 	tr := &tracer{onDecide: g.hold}
-	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
-		func(o *postgres.Options) { o.MaxInFlight = 1 })
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = 1, 1
+	cfg.ConnConfig.Tracer = tr
+	var connects atomic.Int64
+	cfg.AfterConnect = func(context.Context, *pgx.Conn) error { connects.Add(1); return nil }
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := open(t, db, pool, newClock(base).Now, func(o *postgres.Options) { o.MaxInFlight = 1 })
 	obs := open(t, db, nil, newClock(base).Now)
 	r := fixed("r", 100, time.Hour)
 	first := decideAsync(context.Background(), s, chk(r, "first"))
@@ -358,7 +374,8 @@ func TestSentDecisionCancelled(t *testing.T) {
 		t.Errorf("counter used %d, want 2 (the batch was sent with both)", n)
 	}
 
-	// Now a batch whose only decision gives up: its statement is cancelled.
+	// A batch whose only decision gives up is not cancelled either: it
+	// finishes on its connection, which stays open and warm.
 	head := decideAsync(context.Background(), s, chk(r, "first"))
 	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 3 })
 	ctx, cancel = context.WithCancel(context.Background())
@@ -371,15 +388,22 @@ func TestSentDecisionCancelled(t *testing.T) {
 	if a := receive(t, alone); !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
 	}
+	g.let(1)
+	eventually(t, "the slot is free again", func() bool { return s.BatchStats().InFlight == 0 })
 	select {
 	case <-g.cancelled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the statement nobody waits for was not cancelled")
+		t.Fatal("the statement was cancelled")
+	default:
 	}
-	eventually(t, "the slot is free again", func() bool { return s.BatchStats().InFlight == 0 })
+	if n := used(t, obs, r, "k"); n != 3 {
+		t.Errorf("counter used %d, want 3: the abandoned decision's statement ran", n)
+	}
+	if n := connects.Load(); n != 1 {
+		t.Errorf("%d connections made, want 1: no statement may be cut off", n)
+	}
 	g.let(1)
 	if ok, _ := decide(t, s, chk(r, "k")); !ok {
-		t.Error("a decision after the cancelled batch was denied")
+		t.Error("a decision after the abandoned batch was denied")
 	}
 }
 

@@ -86,9 +86,9 @@ func (s *Store) Peek(ctx context.Context, c limiter.Check) (limiter.Result, erro
 	return res[0], nil
 }
 
-// run sends ds to the database, retrying when a counter row was deleted
-// between the function's insert and lock steps (SQLSTATE 40001: the
-// transaction rolled back having changed nothing; see 0003_decide.up.sql).
+// run sends ds to the database, retrying when decide gave up on counters
+// that other transactions were creating at the same moment (see retryable:
+// the transaction rolled back having changed nothing).
 func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 	b := batchPool.Get().(*batch)
 	defer b.release()
@@ -115,7 +115,7 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 			b.cDecision, b.cSlot, b.cCost, b.cCountAll, b.cShadow,
 		).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS)
 		var pgErr *pgconn.PgError
-		if err != nil && attempt < maxAttempts && errors.As(err, &pgErr) && pgErr.Code == "40001" && ctx.Err() == nil {
+		if err != nil && attempt < maxAttempts && errors.As(err, &pgErr) && retryable(pgErr.Code) && ctx.Err() == nil {
 			continue
 		}
 		break
@@ -128,6 +128,14 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 	}
 	b.fill(ds)
 	return nil
+}
+
+// retryable reports whether a decide call that failed with SQLSTATE code
+// changed nothing and may simply be sent again: 40001 and 55P03 are how
+// decide gives up on counters created concurrently (see
+// 0003_decide.up.sql).
+func retryable(code string) bool {
+	return code == "40001" || code == "55P03"
 }
 
 // batch holds the arguments and answers of one decide call. Batches are

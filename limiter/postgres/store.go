@@ -53,10 +53,11 @@ const (
 	DefaultCleanupPause      = 20 * time.Millisecond
 	DefaultMaxInFlight       = 1
 	DefaultMaxBatch          = 256
+	DefaultStatementTimeout  = 5 * time.Second
 )
 
-// maxAttempts bounds the retries of a decision whose counter row was
-// deleted under it (see Decide).
+// maxAttempts bounds the attempts of a decision that decide gave up on
+// because of counters created concurrently (see retryable).
 const maxAttempts = 5
 
 // Options configure a Store. The zero value of every field means its
@@ -106,6 +107,11 @@ type Options struct {
 	MaxInFlight int
 	// MaxBatch bounds the decisions of one batched statement. Default 256.
 	MaxBatch int
+	// StatementTimeout bounds a batched statement, which runs under a
+	// context of its own rather than under its callers' deadlines (see
+	// batcher.go): a database that does not answer within it loses the
+	// connection. Default 5s.
+	StatementTimeout time.Duration
 	// AsynchronousCommit commits the decisions' transactions with
 	// synchronous_commit off (SET LOCAL, so it holds through a
 	// transaction-mode pooler and touches no other transaction): a commit
@@ -174,6 +180,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	opts.MaxInFlight = min(opts.MaxInFlight, int(pool.Config().MaxConns))
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.StatementTimeout <= 0 {
+		opts.StatementTimeout = DefaultStatementTimeout
 	}
 	s := &Store{
 		pool:       pool,
