@@ -203,12 +203,18 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		}
 		return strings.ReplaceAll(string(b), migrations.Placeholder, quoted)
 	}
-	decide := "decide"
+	decide := load("decide")
 	if opts.AsynchronousCommit {
-		decide = "decide_async"
+		// synchronous_commit off for the decision's transaction only:
+		// set_config(…, true) is SET LOCAL, so it lasts until the
+		// statement's implicit transaction commits, travels with the
+		// statement through a transaction-mode pooler, and leaves the
+		// session's other transactions alone. The WHERE clause applies it
+		// (once per returned row, harmlessly).
+		decide += "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL\n"
 	}
 	s.q = queries{
-		decide:        load(decide),
+		decide:        decide,
 		cleanupLock:   load("cleanup_lock"),
 		cleanup:       load("cleanup"),
 		reset:         load("reset"),
