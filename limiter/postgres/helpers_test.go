@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/limiter/storetest"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -18,31 +19,8 @@ import (
 // base is a round instant: windows of a second to a day start at it.
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// clock is a settable clock for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{now: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newClock is the conformance suite's settable clock, for Options.Now.
+func newClock(t time.Time) *storetest.Clock { return storetest.NewClock(t) }
 
 // open returns a Store on pool and db's schema; now nil means the database
 // clock.
