@@ -282,26 +282,10 @@ func (u *upstream) count(path string) int {
 // and counts the statuses; a transport error fails t.
 func burst(t *testing.T, gws []*faultGateway, path, key string, n int) map[int]int {
 	t.Helper()
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			r, err := gws[i%len(gws)].post(path, key)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			codes[r.status]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	return codes
+	return countStatuses(t, n, func(i int) (int, error) {
+		r, err := gws[i%len(gws)].post(path, key)
+		return r.status, err
+	})
 }
 
 // expectExact checks that 20 concurrent requests on a fresh key of the

@@ -221,20 +221,33 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 // status codes.
 func fire(t *testing.T, gws []*running, n int) map[int]int {
 	t.Helper()
+	return countStatuses(t, n, func(i int) (int, error) {
+		res, err := http.Post(gws[i%len(gws)].url+"/api/login", "text/plain", nil)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode, nil
+	})
+}
+
+// countStatuses runs send(0) … send(n-1) concurrently and counts the status
+// codes they return; an error fails the test.
+func countStatuses(t *testing.T, n int, send func(i int) (int, error)) map[int]int {
+	t.Helper()
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			res, err := http.Post(gws[i%len(gws)].url+"/api/login", "text/plain", nil)
+			code, err := send(i)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
 			mu.Lock()
-			codes[res.StatusCode]++
+			codes[code]++
 			mu.Unlock()
 		})
 	}
