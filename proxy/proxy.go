@@ -104,6 +104,7 @@ func New(cfg Config) (*Proxy, error) {
 		ErrorHandler:   p.upstreamError,
 		ModifyResponse: p.modifyResponse,
 		ErrorLog:       zap.NewStdLog(cfg.Logger),
+		BufferPool:     newBufferPool(),
 	}
 	plain := *p.rp
 	plain.ModifyResponse = nil
