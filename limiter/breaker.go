@@ -55,7 +55,12 @@ const breakerBuckets = 10
 type BreakerConfig struct {
 	// Failures is the number of consecutive failed store calls that open
 	// the breaker. Default 5. It catches an outage fast, whatever the
-	// traffic.
+	// traffic. Failed calls that overlapped count as one: a call counts
+	// only if it began after the last counted failure ended. So a single
+	// slow moment of the store, which fails every decision waiting on it
+	// at once (a statement that outlived the decision timeout, and the
+	// decisions queued behind it), is one failure, not dozens; an outage
+	// is failure after failure of calls made one after another.
 	Failures int
 	// Ratio opens the breaker when at least MinCalls calls ended within
 	// the last Window and at least this fraction of them failed. It
@@ -116,6 +121,7 @@ type CircuitBreaker struct {
 
 	mu          sync.Mutex
 	consecutive int
+	lastFailed  time.Time // when the last failure counted in consecutive ended
 	buckets     [breakerBuckets]bucket
 	openedAt    time.Time // when the breaker last opened
 	outageStart time.Time // when it opened from closed
@@ -212,9 +218,10 @@ func (b *CircuitBreaker) Allow() bool {
 	return true
 }
 
-// Record counts the outcome of a store call that Allow let through: nil
-// for success. See CircuitBreaker for what it does with it.
-func (b *CircuitBreaker) Record(err error) {
+// Record counts the outcome of a store call that Allow let through and
+// that began at began: nil for success. See CircuitBreaker for what it
+// does with it.
+func (b *CircuitBreaker) Record(began time.Time, err error) {
 	kind := ""
 	if err != nil {
 		kind = ErrorKind(err)
@@ -236,7 +243,10 @@ func (b *CircuitBreaker) Record(err error) {
 			b.consecutive = 0
 			return
 		}
-		b.consecutive++
+		if !began.Before(b.lastFailed) {
+			b.consecutive++
+			b.lastFailed = now
+		}
 		calls, failed := b.window(now)
 		tripped := b.consecutive >= b.failures ||
 			(b.ratio <= 1 && calls >= b.minCalls && float64(failed) >= b.ratio*float64(calls))

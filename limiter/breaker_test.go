@@ -54,13 +54,13 @@ func runScript(t *testing.T, cfg limiter.BreakerConfig, steps []step) {
 				t.Fatalf("step %d (+%v allow): Allow() = %v, want %v", i, s.at, got, s.allow)
 			}
 		case "ok":
-			b.Record(nil)
+			b.Record(clock.Now(), nil)
 		case "fail":
-			b.Record(fmt.Errorf("postgres decide: %w", errDown))
+			b.Record(clock.Now(), fmt.Errorf("postgres decide: %w", errDown))
 		case "cancel":
-			b.Record(fmt.Errorf("postgres decide: %w", context.Canceled))
+			b.Record(clock.Now(), fmt.Errorf("postgres decide: %w", context.Canceled))
 		case "timeout":
-			b.Record(fmt.Errorf("postgres decide: %w", context.DeadlineExceeded))
+			b.Record(clock.Now(), fmt.Errorf("postgres decide: %w", context.DeadlineExceeded))
 		default:
 			t.Fatalf("step %d: unknown op %q", i, s.op)
 		}
@@ -171,6 +171,52 @@ func TestBreakerScripts(t *testing.T) {
 	}
 }
 
+// TestBreakerOverlappingFailures: failed calls that were in flight
+// together are one failure (one slow moment of the store fails every
+// decision waiting on it), while calls that fail one after another are an
+// outage and open the breaker.
+func TestBreakerOverlappingFailures(t *testing.T) {
+	clock := storetest.NewClock(storetest.Base)
+	b, err := limiter.NewBreaker(limiter.BreakerConfig{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := fmt.Errorf("postgres decide: %w", context.DeadlineExceeded)
+	const d = 50 * time.Millisecond // the decision timeout
+	// A busy store: a thousand decisions in the last second.
+	for range 1000 {
+		clock.Advance(time.Millisecond)
+		b.Record(clock.Now(), nil)
+	}
+	// A statement that outlived the timeout: 200 decisions began within
+	// one timeout of each other, and all fail.
+	t0 := clock.Now()
+	for i := range 200 {
+		began := t0.Add(time.Duration(i) * d / 200)
+		clock.Set(began.Add(d))
+		b.Record(began, timeout)
+	}
+	if s := b.State(); s != limiter.BreakerClosed {
+		t.Fatalf("state %v after one slow moment, want closed", s)
+	}
+	// Failures one after another: the first already counted, four more
+	// open the breaker, whatever overlapping failures come in between.
+	for i := range 4 {
+		if s := b.State(); s != limiter.BreakerClosed {
+			t.Fatalf("state %v after %d failures in a row, want closed", s, i+1)
+		}
+		began := clock.Now()
+		clock.Advance(d)
+		b.Record(began, timeout)
+		for range 10 {
+			b.Record(began.Add(-time.Millisecond), timeout)
+		}
+	}
+	if s := b.State(); s != limiter.BreakerOpen {
+		t.Fatalf("state %v after five failures in a row, want open", s)
+	}
+}
+
 func TestBreakerMetricsAndLogs(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
 	reg := prometheus.NewRegistry()
@@ -189,7 +235,7 @@ func TestBreakerMetricsAndLogs(t *testing.T) {
 		t.Fatalf("initial state gauge %v, want 0", s)
 	}
 	for range 5 {
-		b.Record(errDown)
+		b.Record(clock.Now(), errDown)
 	}
 	if s := state(); s != 2 {
 		t.Fatalf("state gauge %v after opening, want 2", s)
@@ -209,12 +255,12 @@ func TestBreakerMetricsAndLogs(t *testing.T) {
 		if s := state(); s != 1 {
 			t.Fatalf("state gauge %v while probing, want 1", s)
 		}
-		b.Record(errDown)
+		b.Record(clock.Now(), errDown)
 	}
 	clock.Advance(time.Second)
 	b.Allow()
 	clock.Advance(250 * time.Millisecond)
-	b.Record(nil)
+	b.Record(clock.Now(), nil)
 	if s := state(); s != 0 {
 		t.Fatalf("state gauge %v after closing, want 0", s)
 	}
@@ -378,9 +424,9 @@ func TestBreakerConcurrent(t *testing.T) {
 					continue
 				}
 				if (g+i)%3 == 0 {
-					b.Record(errDown)
+					b.Record(time.Now(), errDown)
 				} else {
-					b.Record(nil)
+					b.Record(time.Now(), nil)
 				}
 			}
 		})
@@ -389,7 +435,7 @@ func TestBreakerConcurrent(t *testing.T) {
 	// Whatever happened, one success after the cool-down closes it.
 	for b.State() != limiter.BreakerClosed {
 		if b.Allow() {
-			b.Record(nil)
+			b.Record(time.Now(), nil)
 		}
 	}
 }
@@ -403,7 +449,7 @@ func BenchmarkBreaker(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if br.Allow() {
-				br.Record(nil)
+				br.Record(time.Now(), nil)
 			}
 		}
 	})

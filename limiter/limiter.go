@@ -56,10 +56,11 @@ func (s Source) String() string {
 // reports false the store is not called and the checks' fail modes apply
 // at once, so that a dead store does not add the timeout to every request.
 // Record receives the outcome of every store call that Allow let through
-// (nil on success). Implementations are safe for simultaneous use.
+// (nil on success) and when the call began. Implementations are safe for
+// simultaneous use.
 type Breaker interface {
 	Allow() bool
-	Record(err error)
+	Record(began time.Time, err error)
 }
 
 // ErrBreakerOpen is the Outcome.Err of a decision for which the Breaker
@@ -68,8 +69,8 @@ var ErrBreakerOpen = errors.New("limiter: store circuit breaker is open")
 
 type alwaysAllow struct{}
 
-func (alwaysAllow) Allow() bool  { return true }
-func (alwaysAllow) Record(error) {}
+func (alwaysAllow) Allow() bool             { return true }
+func (alwaysAllow) Record(time.Time, error) {}
 
 // UnavailableRetryAfter is the RetryAfter of an Unavailable outcome: a
 // hint for the Retry-After of the 503, since nothing is known about when
@@ -329,7 +330,7 @@ func (l *Limiter) callStore(ctx context.Context, checks []Check, results []Resul
 		cancel()
 	}
 	l.metrics.storeCall(elapsed.Seconds(), err)
-	l.breaker.Record(err)
+	l.breaker.Record(began, err)
 	return allowed, err
 }
 
