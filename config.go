@@ -37,6 +37,7 @@ type settings struct {
 	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"open"`
 	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
 	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
+	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"4ms"`
 	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
 	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
@@ -155,6 +156,9 @@ func load(environ map[string]string) (*config, error) {
 	}
 	if s.DBTimeout <= 0 && !unparsed["SLUICE_DB_TIMEOUT"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_DB_TIMEOUT: must be positive, got %s", s.DBTimeout))
+	}
+	if s.DBBatchWait < 0 && !unparsed["SLUICE_DB_BATCH_WAIT"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_DB_BATCH_WAIT: must be 0 (off) or more, got %s", s.DBBatchWait))
 	}
 	if s.DBSyncCommit != "on" && s.DBSyncCommit != "off" {
 		problems = append(problems, fmt.Sprintf("SLUICE_DB_SYNCHRONOUS_COMMIT: expected on or off, got %q", s.DBSyncCommit))

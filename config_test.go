@@ -40,6 +40,31 @@ func TestLoadDatabaseDefaults(t *testing.T) {
 	if !c.DBBatch || c.DBSyncCommit != "on" {
 		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q, want true and on", c.DBBatch, c.DBSyncCommit)
 	}
+	if w := batchWait(c); w != 4*time.Millisecond {
+		t.Fatalf("batch wait %s, want the default 4ms", w)
+	}
+}
+
+func TestBatchWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait, timeout string
+		want          time.Duration
+	}{
+		{"4ms", "50ms", 4 * time.Millisecond},
+		{"4ms", "8ms", 2 * time.Millisecond}, // a quarter of the timeout at most
+		{"0", "50ms", -1},                    // off
+		{"10ms", "1s", 10 * time.Millisecond},
+	} {
+		env := base()
+		env["SLUICE_DB_BATCH_WAIT"], env["SLUICE_DB_TIMEOUT"] = tc.wait, tc.timeout
+		c, err := load(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := batchWait(c); got != tc.want {
+			t.Errorf("SLUICE_DB_BATCH_WAIT=%s SLUICE_DB_TIMEOUT=%s: store wait %s, want %s", tc.wait, tc.timeout, got, tc.want)
+		}
+	}
 }
 
 func TestLoadDatabaseURLFallback(t *testing.T) {
@@ -106,6 +131,8 @@ func TestLoadErrors(t *testing.T) {
 		{"timeout syntax", map[string]string{"SLUICE_DB_TIMEOUT": "fast"}, `SLUICE_DB_TIMEOUT: expected a duration such as 50ms or 2s, got "fast"`},
 		{"timeout zero", map[string]string{"SLUICE_DB_TIMEOUT": "0s"}, "SLUICE_DB_TIMEOUT: must be positive, got 0s"},
 		{"batch syntax", map[string]string{"SLUICE_DB_BATCH": "maybe"}, `SLUICE_DB_BATCH: expected true or false, got "maybe"`},
+		{"batch wait syntax", map[string]string{"SLUICE_DB_BATCH_WAIT": "soon"}, `SLUICE_DB_BATCH_WAIT: expected a duration such as 50ms or 2s, got "soon"`},
+		{"batch wait negative", map[string]string{"SLUICE_DB_BATCH_WAIT": "-1ms"}, "SLUICE_DB_BATCH_WAIT: must be 0 (off) or more, got -1ms"},
 		{"synchronous commit", map[string]string{"SLUICE_DB_SYNCHRONOUS_COMMIT": "local"}, `SLUICE_DB_SYNCHRONOUS_COMMIT: expected on or off, got "local"`},
 		{"cache size syntax", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "lots"}, `SLUICE_LOCAL_CACHE_SIZE: expected a whole number, got "lots"`},
 		{"cache size negative", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "-1"}, "SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got -1"},

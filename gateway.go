@@ -90,6 +90,7 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 			Schema:             cfg.DBSchema,
 			Logger:             log,
 			Unbatched:          !cfg.DBBatch,
+			BatchWait:          batchWait(cfg),
 			AsynchronousCommit: cfg.DBSyncCommit == "off",
 		})
 		if err != nil {
@@ -276,4 +277,14 @@ func newLogger(cfg *config) (*zap.Logger, error) {
 	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	zc.DisableStacktrace = cfg.logLevel > zapcore.DebugLevel
 	return zc.Build()
+}
+
+// batchWait is the store's BatchWait: SLUICE_DB_BATCH_WAIT, but at most a
+// quarter of SLUICE_DB_TIMEOUT, so that gathering never spends the time a
+// decision has; 0 turns gathering off.
+func batchWait(cfg *config) time.Duration {
+	if cfg.DBBatchWait == 0 {
+		return -1
+	}
+	return min(cfg.DBBatchWait, cfg.DBTimeout/4)
 }

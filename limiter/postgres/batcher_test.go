@@ -281,6 +281,95 @@ func TestMaxBatch(t *testing.T) {
 	}
 }
 
+// busyStore opens a store with one slot whose decide statements g holds,
+// and makes its drain busy: a held lone decision, then ten decisions that
+// queue behind it and go in the drain's next statement, which is held too.
+// It returns once that statement of ten is in the database; the test lets
+// it go.
+func busyStore(t *testing.T, g *gate, maxBatch int, wait time.Duration) (*postgres.Store, *policy.Rule) {
+	t.Helper()
+	db := pgtest.New(t)
+	tr := &tracer{onDecide: g.hold}
+	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
+		func(o *postgres.Options) { o.MaxInFlight, o.MaxBatch, o.BatchWait = 1, maxBatch, wait })
+	r := fixed("r", 1000, time.Hour)
+	first := decideAsync(context.Background(), s, chk(r, "k"))
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+	var ten []<-chan answer
+	for range 10 {
+		ten = append(ten, decideAsync(context.Background(), s, chk(r, "k")))
+	}
+	eventually(t, "ten decisions queue", func() bool { return s.BatchStats().Queued == 10 })
+	g.let(1)
+	receive(t, first)
+	eventually(t, "the ten are in one statement", func() bool {
+		st := s.BatchStats()
+		return g.entered.Load() == 2 && st.Queued == 0 && st.Decisions == 11
+	})
+	t.Cleanup(func() {
+		for _, ch := range ten {
+			receive(t, ch)
+		}
+	})
+	return s, r
+}
+
+// TestBusyDrainGathers: after a statement of ten decisions (a busy drain),
+// the decisions that queued meanwhile wait until the oldest has waited
+// BatchWait, and then go in one statement together with those that joined
+// them during the wait.
+func TestBusyDrainGathers(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	g := newGate()
+	s, r := busyStore(t, g, 64, wait)
+	start := time.Now()
+	early := decideAsync(context.Background(), s, chk(r, "k"))
+	eventually(t, "a decision queues", func() bool { return s.BatchStats().Queued == 1 })
+	g.let(100) // the statement of ten returns; the next ones pass
+	eventually(t, "the drain gathers", func() bool { return s.BatchStats().Gathering == 1 })
+	late := decideAsync(context.Background(), s, chk(r, "k"))
+	for _, ch := range []<-chan answer{early, late} {
+		if a := receive(t, ch); a.err != nil || !a.ok {
+			t.Fatalf("answer %+v", a)
+		}
+	}
+	if waited := time.Since(start); waited < wait {
+		t.Errorf("the gathered decisions were answered after %s, before BatchWait (%s)", waited, wait)
+	}
+	if st := s.BatchStats(); st.Statements != 3 || st.Decisions != 13 {
+		t.Errorf("%d decisions in %d statements, want 13 in 3", st.Decisions, st.Statements)
+	}
+}
+
+// TestGatherEndsWhenFull: a gathering drain sends its statement as soon as
+// MaxBatch decisions are queued, without waiting out BatchWait; and once
+// the queue is empty, a lone decision goes at once again.
+func TestGatherEndsWhenFull(t *testing.T) {
+	const maxBatch = 12
+	g := newGate()
+	s, r := busyStore(t, g, maxBatch, time.Hour)
+	var answers []<-chan answer
+	answers = append(answers, decideAsync(context.Background(), s, chk(r, "k")))
+	eventually(t, "a decision queues", func() bool { return s.BatchStats().Queued == 1 })
+	g.let(100)
+	eventually(t, "the drain gathers", func() bool { return s.BatchStats().Gathering == 1 })
+	for range maxBatch - 1 {
+		answers = append(answers, decideAsync(context.Background(), s, chk(r, "k")))
+	}
+	for _, ch := range answers { // within receive's 10 s, not the hour
+		if a := receive(t, ch); a.err != nil || !a.ok {
+			t.Fatalf("answer %+v", a)
+		}
+	}
+	if st := s.BatchStats(); st.Statements != 3 || st.Decisions != 11+maxBatch {
+		t.Errorf("%d decisions in %d statements, want %d in 3", st.Decisions, st.Statements, 11+maxBatch)
+	}
+	eventually(t, "the slot is given up", func() bool { return s.BatchStats().InFlight == 0 })
+	if a := receive(t, decideAsync(context.Background(), s, chk(r, "k"))); a.err != nil || !a.ok {
+		t.Fatalf("lone decision after the busy spell: %+v", a)
+	}
+}
+
 // TestQueuedDecisionCancelled: a queued decision whose context ends
 // returns the context's error at once, and is never sent: it counts
 // nothing.

@@ -54,6 +54,7 @@ const (
 	DefaultMaxInFlight       = 1
 	DefaultMaxBatch          = 256
 	DefaultStatementTimeout  = 5 * time.Second
+	DefaultBatchWait         = 4 * time.Millisecond
 )
 
 // maxAttempts bounds the attempts of a decision that decide gave up on
@@ -107,6 +108,10 @@ type Options struct {
 	MaxInFlight int
 	// MaxBatch bounds the decisions of one batched statement. Default 256.
 	MaxBatch int
+	// BatchWait is how long, at most, a busy batcher lets decisions wait
+	// for company before it sends their statement (see batcher.go); an
+	// idle one never waits. Default 4ms; negative turns gathering off.
+	BatchWait time.Duration
 	// StatementTimeout bounds a batched statement, which runs under a
 	// context of its own rather than under its callers' deadlines (see
 	// batcher.go): a database that does not answer within it loses the
@@ -184,6 +189,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.StatementTimeout <= 0 {
 		opts.StatementTimeout = DefaultStatementTimeout
 	}
+	if opts.BatchWait == 0 {
+		opts.BatchWait = DefaultBatchWait
+	}
 	s := &Store{
 		pool:       pool,
 		opts:       opts,
@@ -193,7 +201,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	s.overrides.Store(&overrideSet{generation: -1})
 	if !opts.Unbatched {
-		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch)
+		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch, opts.BatchWait)
 	}
 	quoted := pgx.Identifier{opts.Schema}.Sanitize()
 	load := func(name string) string {
