@@ -45,18 +45,62 @@ type quota struct {
 	resetAt   int64 // Unix seconds of the reset, on the store's clock
 }
 
-// set writes the selected header families for q.
+// set writes the selected header families for q. Every value is a
+// substring of one string built at once, and the values share one backing
+// slice: two allocations per response rather than one per number and
+// header, on the path every proxied request takes.
 func (h HeaderFamilies) set(hdr http.Header, q quota) {
+	var (
+		scratch [192]byte
+		ends    [5]int
+		n       int
+	)
+	b := scratch[:0]
+	end := func() { ends[n] = len(b); n++ }
 	if h.IETF {
-		hdr["Ratelimit-Policy"] = []string{`"` + q.rule + `";q=` + strconv.FormatInt(q.limit, 10) +
-			";w=" + strconv.FormatInt(int64(q.window/time.Second), 10)}
-		hdr["Ratelimit"] = []string{`"` + q.rule + `";r=` + strconv.FormatInt(q.remaining, 10) +
-			";t=" + strconv.FormatInt(q.resetIn, 10)}
+		b = append(b, '"')
+		b = append(b, q.rule...)
+		b = append(b, `";q=`...)
+		b = strconv.AppendInt(b, q.limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, int64(q.window/time.Second), 10)
+		end()
+		b = append(b, '"')
+		b = append(b, q.rule...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, q.remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, q.resetIn, 10)
+		end()
 	}
 	if h.X {
-		hdr["X-Ratelimit-Limit"] = []string{strconv.FormatInt(q.limit, 10)}
-		hdr["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(q.remaining, 10)}
-		hdr["X-Ratelimit-Reset"] = []string{strconv.FormatInt(q.resetAt, 10)}
+		b = strconv.AppendInt(b, q.limit, 10)
+		end()
+		b = strconv.AppendInt(b, q.remaining, 10)
+		end()
+		b = strconv.AppendInt(b, q.resetAt, 10)
+		end()
+	}
+	if n == 0 {
+		return
+	}
+	all := string(b)
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = all[start:ends[i]]
+		start = ends[i]
+	}
+	i := 0
+	if h.IETF {
+		hdr["Ratelimit-Policy"] = vals[0:1:1]
+		hdr["Ratelimit"] = vals[1:2:2]
+		i = 2
+	}
+	if h.X {
+		hdr["X-Ratelimit-Limit"] = vals[i : i+1 : i+1]
+		hdr["X-Ratelimit-Remaining"] = vals[i+1 : i+2 : i+2]
+		hdr["X-Ratelimit-Reset"] = vals[i+2 : i+3 : i+3]
 	}
 }
 
