@@ -37,7 +37,7 @@ type settings struct {
 	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"open"`
 	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
 	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
-	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"4ms"`
+	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`
 	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
 	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`

@@ -40,8 +40,8 @@ func TestLoadDatabaseDefaults(t *testing.T) {
 	if !c.DBBatch || c.DBSyncCommit != "on" {
 		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q, want true and on", c.DBBatch, c.DBSyncCommit)
 	}
-	if w := batchWait(c); w != 4*time.Millisecond {
-		t.Fatalf("batch wait %s, want the default 4ms", w)
+	if w := batchWait(c); w != 2*time.Millisecond {
+		t.Fatalf("batch wait %s, want the default 2ms", w)
 	}
 }
 
@@ -50,7 +50,7 @@ func TestBatchWait(t *testing.T) {
 		wait, timeout string
 		want          time.Duration
 	}{
-		{"4ms", "50ms", 4 * time.Millisecond},
+		{"2ms", "50ms", 2 * time.Millisecond},
 		{"4ms", "8ms", 2 * time.Millisecond}, // a quarter of the timeout at most
 		{"0", "50ms", -1},                    // off
 		{"10ms", "1s", 10 * time.Millisecond},

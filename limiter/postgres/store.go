@@ -54,7 +54,7 @@ const (
 	DefaultMaxInFlight       = 1
 	DefaultMaxBatch          = 256
 	DefaultStatementTimeout  = 5 * time.Second
-	DefaultBatchWait         = 4 * time.Millisecond
+	DefaultBatchWait         = 2 * time.Millisecond
 )
 
 // maxAttempts bounds the attempts of a decision that decide gave up on
@@ -110,7 +110,7 @@ type Options struct {
 	MaxBatch int
 	// BatchWait is how long, at most, a busy batcher lets decisions wait
 	// for company before it sends their statement (see batcher.go); an
-	// idle one never waits. Default 4ms; negative turns gathering off.
+	// idle one never waits. Default 2ms; negative turns gathering off.
 	BatchWait time.Duration
 	// StatementTimeout bounds a batched statement, which runs under a
 	// context of its own rather than under its callers' deadlines (see
