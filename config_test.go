@@ -54,6 +54,7 @@ func TestBatchWait(t *testing.T) {
 		{"4ms", "8ms", 2 * time.Millisecond}, // a quarter of the timeout at most
 		{"0", "50ms", -1},                    // off
 		{"10ms", "1s", 10 * time.Millisecond},
+		{"2ms", "3ns", -1}, // a quarter of the timeout is nothing: off, not the store's default
 	} {
 		env := base()
 		env["SLUICE_DB_BATCH_WAIT"], env["SLUICE_DB_TIMEOUT"] = tc.wait, tc.timeout

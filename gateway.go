@@ -283,8 +283,8 @@ func newLogger(cfg *config) (*zap.Logger, error) {
 // quarter of SLUICE_DB_TIMEOUT, so that gathering never spends the time a
 // decision has; 0 turns gathering off.
 func batchWait(cfg *config) time.Duration {
-	if cfg.DBBatchWait == 0 {
-		return -1
+	if w := min(cfg.DBBatchWait, cfg.DBTimeout/4); w > 0 {
+		return w
 	}
-	return min(cfg.DBBatchWait, cfg.DBTimeout/4)
+	return -1 // the store reads 0 as its default
 }

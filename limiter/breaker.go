@@ -60,7 +60,10 @@ type BreakerConfig struct {
 	// slow moment of the store, which fails every decision waiting on it
 	// at once (a statement that outlived the decision timeout, and the
 	// decisions queued behind it), is one failure, not dozens; an outage
-	// is failure after failure of calls made one after another.
+	// is failure after failure of calls made one after another. A store
+	// that hangs therefore opens the breaker after Failures timeouts in a
+	// row (250 ms with a 50 ms timeout); one that fails only some calls
+	// while others succeed is the Ratio's to catch.
 	Failures int
 	// Ratio opens the breaker when at least MinCalls calls ended within
 	// the last Window and at least this fraction of them failed. It
@@ -219,9 +222,10 @@ func (b *CircuitBreaker) Allow() bool {
 }
 
 // Record counts the outcome of a store call that Allow let through and
-// that began at began: nil for success. See CircuitBreaker for what it
-// does with it.
-func (b *CircuitBreaker) Record(began time.Time, err error) {
+// that took took: nil for success. See CircuitBreaker for what it does
+// with it. The call's start is now less took, both on the breaker's own
+// clock.
+func (b *CircuitBreaker) Record(took time.Duration, err error) {
 	kind := ""
 	if err != nil {
 		kind = ErrorKind(err)
@@ -243,7 +247,7 @@ func (b *CircuitBreaker) Record(began time.Time, err error) {
 			b.consecutive = 0
 			return
 		}
-		if !began.Before(b.lastFailed) {
+		if began := now.Add(-took); !began.Before(b.lastFailed) {
 			b.consecutive++
 			b.lastFailed = now
 		}

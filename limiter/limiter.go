@@ -56,11 +56,11 @@ func (s Source) String() string {
 // reports false the store is not called and the checks' fail modes apply
 // at once, so that a dead store does not add the timeout to every request.
 // Record receives the outcome of every store call that Allow let through
-// (nil on success) and when the call began. Implementations are safe for
-// simultaneous use.
+// (nil on success) and how long the call took. Implementations are safe
+// for simultaneous use.
 type Breaker interface {
 	Allow() bool
-	Record(began time.Time, err error)
+	Record(took time.Duration, err error)
 }
 
 // ErrBreakerOpen is the Outcome.Err of a decision for which the Breaker
@@ -69,8 +69,8 @@ var ErrBreakerOpen = errors.New("limiter: store circuit breaker is open")
 
 type alwaysAllow struct{}
 
-func (alwaysAllow) Allow() bool             { return true }
-func (alwaysAllow) Record(time.Time, error) {}
+func (alwaysAllow) Allow() bool                 { return true }
+func (alwaysAllow) Record(time.Duration, error) {}
 
 // UnavailableRetryAfter is the RetryAfter of an Unavailable outcome: a
 // hint for the Retry-After of the 503, since nothing is known about when
@@ -287,7 +287,7 @@ func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 		return
 	}
 
-	allowed, err := l.callStore(ctx, checks, o.Results)
+	allowed, err := l.callStore(ctx, checks, o.Results, start)
 	if err != nil {
 		l.fail(ctx, checks, start, err, o)
 		return
@@ -314,8 +314,12 @@ func (l *Limiter) Forget(rule, key string) {
 	}
 }
 
-// callStore asks the store under the Timeout, through the breaker.
-func (l *Limiter) callStore(ctx context.Context, checks []Check, results []Result) (bool, error) {
+// callStore asks the store under the Timeout, through the breaker. start
+// is when the decision began on the limiter's clock, which should be the
+// breaker's too (both are time.Now in production): the breaker places the
+// call's start on its own clock from how long it took. The metrics time
+// the call on the wall clock.
+func (l *Limiter) callStore(ctx context.Context, checks []Check, results []Result, start time.Time) (bool, error) {
 	if !l.breaker.Allow() {
 		return false, ErrBreakerOpen
 	}
@@ -330,7 +334,7 @@ func (l *Limiter) callStore(ctx context.Context, checks []Check, results []Resul
 		cancel()
 	}
 	l.metrics.storeCall(elapsed.Seconds(), err)
-	l.breaker.Record(began, err)
+	l.breaker.Record(l.now().Sub(start), err)
 	return allowed, err
 }
 

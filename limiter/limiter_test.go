@@ -469,7 +469,7 @@ type fakeBreaker struct {
 }
 
 func (b *fakeBreaker) Allow() bool { return !b.open }
-func (b *fakeBreaker) Record(_ time.Time, err error) {
+func (b *fakeBreaker) Record(_ time.Duration, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.recorded = append(b.recorded, err)

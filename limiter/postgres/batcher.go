@@ -120,8 +120,8 @@ type batcher struct {
 }
 
 // busyBatch is the batch size from which a drain gathers before its next
-// statement: a drain whose statements carry fewer decisions is not busy
-// enough for a wait to pay, and sends at once.
+// statement (or MaxBatch, if smaller): a drain whose statements carry
+// fewer decisions is not busy enough for a wait to pay, and sends at once.
 const busyBatch = 8
 
 func newBatcher(maxInFlight, maxBatch int, wait time.Duration) *batcher {
@@ -188,7 +188,7 @@ func (s *Store) drain() {
 		}
 	}()
 	for {
-		if len(calls) >= busyBatch && s.batch.wait > 0 {
+		if len(calls) >= min(busyBatch, s.batch.maxBatch) && s.batch.wait > 0 {
 			if timer == nil {
 				timer = time.NewTimer(time.Hour)
 			}
