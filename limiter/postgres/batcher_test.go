@@ -108,6 +108,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitIdle waits until s's batcher has no statement in flight and nothing
+// queued: every drain gave its slot up.
+func waitIdle(t *testing.T, s *postgres.Store, what string) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		st := s.BatchStats()
+		return st.InFlight == 0 && st.Queued == 0
+	})
+}
+
 type answer struct {
 	ok  bool
 	err error
@@ -173,10 +183,7 @@ func TestIdleDecisionGoesAtOnce(t *testing.T) {
 		if d, n := after.Decisions-before.Decisions, after.Statements-before.Statements; d != 1 || n != 1 {
 			t.Errorf("decision %d: %d decisions in %d statements, want 1 in 1", i, d, n)
 		}
-		eventually(t, "the slot is given up", func() bool {
-			st := s.BatchStats()
-			return st.InFlight == 0 && st.Queued == 0
-		})
+		waitIdle(t, s, "the slot is given up")
 	}
 	if got := tr.decides.Load(); got != 3 {
 		t.Errorf("%d statements reached the pool, want 3", got)
@@ -240,10 +247,7 @@ func TestBurstSharesStatements(t *testing.T) {
 			if got := tr.decides.Load(); got != int64(want) {
 				t.Errorf("%d statements reached the pool, want %d", got, want)
 			}
-			eventually(t, "the slots are given up", func() bool {
-				st := s.BatchStats()
-				return st.InFlight == 0 && st.Queued == 0
-			})
+			waitIdle(t, s, "the slots are given up")
 		})
 	}
 }
@@ -407,10 +411,7 @@ func TestQueuedDecisionCancelled(t *testing.T) {
 	if st := s.BatchStats(); st.Statements != 2 || st.Decisions != 2 {
 		t.Errorf("stats %+v, want 2 decisions in 2 statements", st)
 	}
-	eventually(t, "the batcher is idle", func() bool {
-		st := s.BatchStats()
-		return st.InFlight == 0 && st.Queued == 0
-	})
+	waitIdle(t, s, "the batcher is idle")
 }
 
 // TestSentDecisionCancelled: a decision whose statement is in flight when
