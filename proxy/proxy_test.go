@@ -182,8 +182,6 @@ func (g *testGateway) raw(t *testing.T, requestLine string, hdr ...string) *http
 
 var (
 	reRetryAfter = regexp.MustCompile(`^[1-9][0-9]*$`)
-	rePolicy     = regexp.MustCompile(`^"([a-z0-9-]+)";q=([0-9]+);w=([0-9]+)$`)
-	reRateLimit  = regexp.MustCompile(`^"([a-z0-9-]+)";r=([0-9]+);t=([0-9]+)$`)
 	reDigits     = regexp.MustCompile(`^[0-9]+$`)
 )
 
