@@ -41,6 +41,8 @@ type settings struct {
 	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
 	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
+	MemoryMaxKeys  int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000"`
+	StartTimeout   time.Duration `env:"SLUICE_START_TIMEOUT" envDefault:"10s"`
 	Headers        string        `env:"SLUICE_HEADERS" envDefault:"ietf,x"`
 	AdminToken     string        `env:"SLUICE_ADMIN_TOKEN"`
 	LogLevel       string        `env:"SLUICE_LOG_LEVEL" envDefault:"info"`
@@ -168,6 +170,12 @@ func load(environ map[string]string) (*config, error) {
 	}
 	if s.MaxBodyBytes <= 0 && !unparsed["SLUICE_MAX_BODY_BYTES"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_MAX_BODY_BYTES: must be positive, got %d", s.MaxBodyBytes))
+	}
+	if s.MemoryMaxKeys < 1 && !unparsed["SLUICE_MEMORY_MAX_KEYS"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_MEMORY_MAX_KEYS: must be at least 1, got %d", s.MemoryMaxKeys))
+	}
+	if s.StartTimeout < 0 && !unparsed["SLUICE_START_TIMEOUT"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_START_TIMEOUT: must be 0 (do not wait) or more, got %s", s.StartTimeout))
 	}
 	if h, err := proxy.ParseHeaderFamilies(s.Headers); err != nil {
 		problems = append(problems, "SLUICE_HEADERS: "+err.Error())

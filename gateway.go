@@ -19,7 +19,6 @@ import (
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
-	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/proxy"
 )
@@ -28,13 +27,6 @@ import (
 // SIGTERM before connections are closed.
 const shutdownGrace = 25 * time.Second
 
-// keyEventPoll is how often each instance looks for keys reset or
-// re-limited elsewhere.
-const keyEventPoll = time.Second
-
-// memorySweepInterval is how often the memory store drops expired counters.
-const memorySweepInterval = 10 * time.Second
-
 // gateway is one running sluice: the public proxy, the admin listener and
 // the store's background work. Tests start several in one process.
 type gateway struct {
@@ -42,12 +34,13 @@ type gateway struct {
 	log     *zap.Logger
 	public  *http.Server
 	admin   *http.Server
-	pool    *pgxpool.Pool // nil on the memory store
+	backend *backend
 	runners []func(context.Context)
 }
 
-// newGateway wires a gateway from a validated configuration.
-func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, error) {
+// newGateway wires a gateway from a validated configuration. It does not
+// wait for the database: the store becomes ready in the background.
+func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 	g := &gateway{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -64,57 +57,38 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 		return nil, err
 	}
 
-	var (
-		store  limiter.Store
-		pinger proxy.Pinger
-		keys   proxy.KeyStore
-	)
-	if cfg.databaseURL == "" {
-		log.Warn("no database configured: running on the in-memory store; limits are per-instance and not durable")
-		mem := memory.New()
-		store, keys = mem, memory.Admin{Store: mem}
-		g.runners = append(g.runners, func(ctx context.Context) { mem.Run(ctx, memorySweepInterval) })
-	} else {
-		pool, err := openPool(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.pool = pool
-		if cfg.AutoMigrate {
-			if _, err := applyMigrations(ctx, pool, cfg.DBSchema); err != nil {
-				pool.Close()
-				return nil, err
-			}
-		}
-		pg, err := postgres.New(ctx, pool, postgres.Options{
-			Schema:             cfg.DBSchema,
-			Logger:             log,
-			Unbatched:          !cfg.DBBatch,
-			BatchWait:          batchWait(cfg),
-			AsynchronousCommit: cfg.DBSyncCommit == "off",
-		})
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		store, pinger, keys = pg, pg, pg
-		reg.MustRegister(pg.Collectors()...)
-		g.runners = append(g.runners, func(ctx context.Context) {
-			if err := pg.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("store background work stopped", zap.Error(err))
-			}
-		})
-	}
-
 	metrics := limiter.NewMetrics(reg)
-	breaker, err := newBreaker(cfg, metrics, log)
+	// The store tells the limiter's fast path of resets and override
+	// changes; the limiter needs the store first, and no event comes
+	// before the gateway serves.
+	var lim *limiter.Limiter
+	forget := func(rule, key string, at time.Time) { lim.Forget(rule, key, at) }
+	be, err := newBackend(cfg, log, metrics, forget)
 	if err != nil {
-		g.close()
 		return nil, err
 	}
-	lim, err := limiter.New(limiter.Config{
-		Store:       store,
-		Local:       memory.New(),
+	g.backend = be
+	g.runners = append(g.runners, be.run)
+	reg.MustRegister(be.collectors...)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_store_ready",
+		Help: "1 when the store decides (its circuit breaker is closed), 0 while it is not ready.",
+	}, func() float64 {
+		if be.ready() != nil {
+			return 0
+		}
+		return 1
+	}))
+
+	local := memory.New(memory.WithMaxKeys(cfg.MemoryMaxKeys))
+	g.runners = append(g.runners, func(ctx context.Context) { local.Run(ctx, memorySweepInterval) })
+	var breaker limiter.Breaker
+	if be.breaker != nil {
+		breaker = be.breaker
+	}
+	lim, err = limiter.New(limiter.Config{
+		Store:       be.store,
+		Local:       local,
 		Timeout:     cfg.DBTimeout,
 		DefaultFail: cfg.failMode,
 		CacheSize:   cfg.LocalCacheSize,
@@ -123,13 +97,8 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 		Breaker:     breaker,
 	})
 	if err != nil {
-		g.close()
+		be.close()
 		return nil, err
-	}
-	if pg, ok := store.(*postgres.Store); ok {
-		// An admin reset or override change on any instance clears this
-		// instance's fast path for that key within about a second.
-		g.runners = append(g.runners, func(ctx context.Context) { pg.WatchKeyEvents(ctx, keyEventPoll, lim.Forget) })
 	}
 	px, err := proxy.New(proxy.Config{
 		Upstream:     cfg.upstream,
@@ -144,43 +113,28 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 		Metrics:      proxy.NewMetrics(reg),
 	})
 	if err != nil {
-		g.close()
+		be.close()
 		return nil, err
 	}
 	g.public = proxy.NewServer(px)
 	g.public.ErrorLog = zap.NewStdLog(log)
 	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{
-		Policy: cfg.policy, Store: pinger, Gatherer: reg,
-		Keys: keys, Limiter: lim, Hasher: hasher, Token: cfg.AdminToken,
+		Policy: cfg.policy, Ready: be.ready, Gatherer: reg,
+		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
 	}))
 	g.admin.ErrorLog = g.public.ErrorLog
 	return g, nil
 }
 
-// newBreaker returns the circuit breaker of the database store, or nil on
-// the memory store, which does not fail. Its cool-down is at least twice
-// the decision timeout, so that a probe is never presumed lost while it
-// may still be waiting for its answer.
-func newBreaker(cfg *config, metrics *limiter.Metrics, log *zap.Logger) (limiter.Breaker, error) {
-	if cfg.databaseURL == "" {
-		return nil, nil
-	}
-	b, err := limiter.NewBreaker(limiter.BreakerConfig{
-		Cooldown: max(limiter.DefaultBreakerCooldown, 2*cfg.DBTimeout),
-		Metrics:  metrics,
-		Logger:   log.Named("breaker"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// serve runs the gateway on the given listeners until ctx is cancelled,
-// then stops accepting, lets in-flight requests finish (bounded by
-// shutdownGrace) and stops the background work.
-func (g *gateway) serve(ctx context.Context, public, admin net.Listener) error {
-	defer g.close()
+// serve runs the gateway until ctx is cancelled. The admin listener serves
+// at once (health, readiness, metrics); the public listener is opened with
+// openPublic only once the store is ready, so that the first requests
+// after a start are decided exactly, or after SLUICE_START_TIMEOUT, when it
+// opens anyway and the fail modes decide until the store is ready. On
+// cancellation it stops accepting, lets in-flight requests finish (bounded
+// by shutdownGrace) and stops the background work.
+func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, error), admin net.Listener) error {
+	defer g.backend.close()
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, r := range g.runners {
@@ -189,14 +143,30 @@ func (g *gateway) serve(ctx context.Context, public, admin net.Listener) error {
 	defer func() { stopBG(); wg.Wait() }()
 
 	errc := make(chan error, 2)
-	go func() { errc <- g.public.Serve(public) }()
 	go func() { errc <- g.admin.Serve(admin) }()
-	g.log.Info("sluice started",
+
+	began := time.Now()
+	ready := g.backend.waitReady(ctx, g.cfg.StartTimeout)
+	if ctx.Err() != nil {
+		return errors.Join(g.admin.Close())
+	}
+	if !ready {
+		g.log.Warn("the store is not ready after SLUICE_START_TIMEOUT: opening the public listener anyway; rules apply their fail modes until it is",
+			zap.Duration("start_timeout", g.cfg.StartTimeout))
+	}
+	public, err := openPublic()
+	if err != nil {
+		g.admin.Close()
+		return fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
+	}
+	go func() { errc <- g.public.Serve(public) }()
+	g.log.Info("sluice started", append(g.backend.desc,
 		zap.String("listen", public.Addr().String()),
 		zap.String("admin_listen", admin.Addr().String()),
-		zap.Int("rules", len(g.cfg.policy.Rules())))
+		zap.Int("rules", len(g.cfg.policy.Rules())),
+		zap.Bool("store_ready", ready),
+		zap.Duration("after", time.Since(began)))...)
 
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -211,50 +181,23 @@ func (g *gateway) serve(ctx context.Context, public, admin net.Listener) error {
 	return err
 }
 
-func (g *gateway) close() {
-	if g.pool != nil {
-		g.pool.Close()
-	}
-}
-
-// serveCmd listens on the configured addresses and serves until ctx ends.
+// serve listens on the configured addresses and serves until ctx ends.
 func serve(ctx context.Context, cfg *config) error {
 	log, err := newLogger(cfg)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do at exit
-	g, err := newGateway(ctx, cfg, log)
+	g, err := newGateway(cfg, log)
 	if err != nil {
 		return err
 	}
-	public, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		g.close()
-		return fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
-	}
 	admin, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
-		public.Close()
-		g.close()
+		g.backend.close()
 		return fmt.Errorf("listen on SLUICE_ADMIN_LISTEN: %w", err)
 	}
-	return g.serve(ctx, public, admin)
-}
-
-// openPool connects to the configured database and checks it answers.
-func openPool(ctx context.Context, cfg *config) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(cfg.databaseURL)
-	if err != nil {
-		return nil, errors.New("SLUICE_DATABASE_URL: not a valid Postgres connection string")
-	}
-	pc.ConnConfig.RuntimeParams["application_name"] = "sluice"
-	postgres.ConfigurePool(pc)
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
-	}
-	return pool, nil
+	return g.serve(ctx, func() (net.Listener, error) { return net.Listen("tcp", cfg.Listen) }, admin)
 }
 
 // applyMigrations brings the schema up to date.
@@ -277,14 +220,4 @@ func newLogger(cfg *config) (*zap.Logger, error) {
 	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	zc.DisableStacktrace = cfg.logLevel > zapcore.DebugLevel
 	return zc.Build()
-}
-
-// batchWait is the store's BatchWait: SLUICE_DB_BATCH_WAIT, but at most a
-// quarter of SLUICE_DB_TIMEOUT, so that gathering never spends the time a
-// decision has; 0 turns gathering off.
-func batchWait(cfg *config) time.Duration {
-	if w := min(cfg.DBBatchWait, cfg.DBTimeout/4); w > 0 {
-		return w
-	}
-	return -1 // the store reads 0 as its default
 }

@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/sluicehq/sluice/limiter/postgres"
 )
 
 func main() {
@@ -85,7 +87,7 @@ func migrate(ctx context.Context, cfg *config, stdout io.Writer) error {
 	if cfg.databaseURL == "" {
 		return errors.New("migrate: no database configured: set SLUICE_DATABASE_URL")
 	}
-	pool, err := openPool(ctx, cfg)
+	pool, err := openPool(cfg, postgres.Options{Schema: cfg.DBSchema})
 	if err != nil {
 		return err
 	}

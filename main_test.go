@@ -64,32 +64,49 @@ func start(t *testing.T, env map[string]string) *running {
 
 // serveGateway runs a gateway for env on loopback, logging to log, its
 // public handler wrapped by wrap when wrap is not nil, until the test ends
-// (or stop is called).
+// (or stop is called). It returns once the public listener is open: once
+// the store is ready, or SLUICE_START_TIMEOUT has passed.
 func serveGateway(t *testing.T, env map[string]string, log *zap.Logger, wrap func(http.Handler) http.Handler) (*gateway, *running) {
+	t.Helper()
+	g, r, public := serveGatewayAsync(t, env, log, wrap)
+	select {
+	case r.url = <-public:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the public listener did not open within 60s")
+	}
+	return g, r
+}
+
+// serveGatewayAsync is serveGateway without the wait: r.url is empty, and
+// the public listener's URL arrives on the channel when it opens.
+func serveGatewayAsync(t *testing.T, env map[string]string, log *zap.Logger, wrap func(http.Handler) http.Handler) (*gateway, *running, <-chan string) {
 	t.Helper()
 	cfg, err := load(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := newGateway(ctx, cfg, log)
+	g, err := newGateway(cfg, log)
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
 	if wrap != nil {
 		g.public.Handler = wrap(g.public.Handler)
 	}
-	public, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	public := make(chan string, 1)
+	openPublic := func() (net.Listener, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			public <- "http://" + l.Addr().String()
+		}
+		return l, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- g.serve(ctx, public, admin) }()
+	go func() { done <- g.serve(ctx, openPublic, admin) }()
 	var once sync.Once
 	var serveErr error
 	stop := func() error {
@@ -97,7 +114,7 @@ func serveGateway(t *testing.T, env map[string]string, log *zap.Logger, wrap fun
 		return serveErr
 	}
 	t.Cleanup(func() { stop() })
-	return g, &running{url: "http://" + public.Addr().String(), admin: "http://" + admin.Addr().String(), stop: stop}
+	return g, &running{admin: "http://" + admin.Addr().String(), stop: stop}, public
 }
 
 func get(t *testing.T, url string) (int, string) {

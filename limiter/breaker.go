@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,13 +16,13 @@ import (
 type BreakerState uint32
 
 const (
-	// BreakerClosed: the store is called for every decision.
+	// BreakerClosed: the store works; every decision calls it.
 	BreakerClosed BreakerState = iota
-	// BreakerHalfOpen: the cool-down is over and one decision, the probe,
-	// is calling the store; the others apply their fail modes at once.
+	// BreakerHalfOpen: the breaker's own probe is checking the store; no
+	// decision calls it.
 	BreakerHalfOpen
-	// BreakerOpen: the store is known to be failing; no decision calls it
-	// until the cool-down is over.
+	// BreakerOpen: the store is not known to work (it failed, or it has not
+	// been checked yet); no decision calls it until a probe succeeds.
 	BreakerOpen
 )
 
@@ -76,36 +77,49 @@ type BreakerConfig struct {
 	// Window is the span over which the Ratio is counted, in ten rolling
 	// buckets. Default 10s.
 	Window time.Duration
-	// Cooldown is how long the breaker stays open before it lets one
-	// decision probe the store. It is also how long a probe may take
-	// before another decision may probe instead. It should exceed the
-	// decision Timeout. Default 1s.
+	// Cooldown is the pause between two probes while the breaker is open,
+	// counted from the opening or from the end of the failed probe.
+	// Default 1s.
 	Cooldown time.Duration
+	// StartOpen makes the breaker start open, as a store that has not been
+	// checked yet: decisions apply their fail modes until Run's first
+	// probe succeeds, which Run makes at once. A durable store starts so,
+	// so that no decision meets a store that is not ready (unmigrated,
+	// unreachable, cold) and that readiness and the breaker are one state.
+	StartOpen bool
 	// Now is the breaker's clock. Nil means time.Now.
 	Now func() time.Time
 	// Logger receives one line per change of state: Warn when the breaker
-	// opens, Info when it closes, Debug for the probes in between. Nil
-	// means no logging.
+	// opens (and when the first probe of a starting breaker fails), Info
+	// when it closes, Debug for the probes in between. Nil means no
+	// logging.
 	Logger *zap.Logger
 	// Metrics records the state and the transitions. Nil records nothing.
 	Metrics *Metrics
 }
 
-// CircuitBreaker is the Breaker of a store that may go down. It counts the
-// outcomes of store calls and opens when Failures calls in a row failed,
-// or when the failure ratio over the Window reached Ratio. While open,
-// Allow reports false without waiting for anything, so that decisions
-// apply their fail modes at once instead of each waiting for the
-// decision's timeout. After the Cooldown the next Allow lets one decision
-// through as a probe (half-open); its success closes the breaker, its
-// failure opens it for another Cooldown. Recovery needs no restart and no
-// background work: traffic itself probes.
+// CircuitBreaker is the Breaker of a store that may go down, and the
+// store's readiness: the store decides exactly when, and only when, the
+// breaker is closed.
+//
+// It counts the outcomes of store calls and opens when Failures calls in a
+// row failed, or when the failure ratio over the Window reached Ratio; the
+// store's background work, which sees an outage even without traffic,
+// opens it at once with Trip. While it is not closed, Allow reports false
+// without waiting for anything, so that decisions apply their fail modes
+// at once instead of each waiting for the decision's timeout.
+//
+// Only a probe closes it, and decisions never probe: Run, the breaker's
+// one goroutine, calls the store's probe every Cooldown while the breaker
+// is open (half-open while a probe runs), and closes the breaker when one
+// succeeds. A probe can therefore prepare everything a decision needs
+// (connections made and warmed, the schema checked) before the first
+// decision is let through, and recovery needs neither traffic nor a
+// restart. Without Run, an open breaker stays open.
 //
 // A cancelled call (ErrorCanceled: the client went away) says nothing
-// about the store and is not counted. Calls that were already in flight
-// when the breaker opened are ignored when they end while it is open; so
-// that none is still in flight when it turns half-open (and taken for the
-// probe), the Cooldown should exceed the decision Timeout.
+// about the store and is not counted. Calls that were in flight when the
+// breaker opened are ignored when they end.
 //
 // The zero value is not usable; use NewBreaker. A CircuitBreaker is safe
 // for simultaneous use by multiple goroutines; a closed breaker's Allow
@@ -123,13 +137,13 @@ type CircuitBreaker struct {
 	state atomic.Uint32 // a BreakerState; written under mu
 
 	mu          sync.Mutex
+	changed     chan struct{} // closed and replaced at every change of state
 	consecutive int
 	lastFailed  time.Time // when the last failure counted in consecutive ended
 	buckets     [breakerBuckets]bucket
-	openedAt    time.Time // when the breaker last opened
-	outageStart time.Time // when it opened from closed
-	probing     bool      // half-open: a probe is in flight
-	probeAt     time.Time // when it started
+	openedAt    time.Time // when the breaker last opened, or its last probe failed
+	outageStart time.Time // when it opened from closed, or was made
+	starting    bool      // open since it was made: never closed yet
 	probes      int       // failed probes of this outage
 }
 
@@ -141,8 +155,8 @@ type bucket struct {
 
 var _ Breaker = (*CircuitBreaker)(nil)
 
-// NewBreaker returns a closed CircuitBreaker, or an error that names every
-// invalid field of cfg.
+// NewBreaker returns a CircuitBreaker, closed unless cfg.StartOpen, or an
+// error that names every invalid field of cfg.
 func NewBreaker(cfg BreakerConfig) (*CircuitBreaker, error) {
 	var errs []error
 	if cfg.Failures < 0 {
@@ -172,6 +186,7 @@ func NewBreaker(cfg BreakerConfig) (*CircuitBreaker, error) {
 		now:      cfg.Now,
 		log:      cfg.Logger,
 		metrics:  cfg.Metrics,
+		changed:  make(chan struct{}),
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -180,45 +195,38 @@ func NewBreaker(cfg BreakerConfig) (*CircuitBreaker, error) {
 		b.log = zap.NewNop()
 	}
 	b.width = max(b.width, time.Nanosecond)
-	b.metrics.breakerState(BreakerClosed)
+	if cfg.StartOpen {
+		// Opened "long ago": Run probes at once.
+		b.state.Store(uint32(BreakerOpen))
+		b.starting, b.outageStart = true, b.now()
+	}
+	b.metrics.breakerState(b.State())
 	return b, nil
 }
 
-// State returns the breaker's current state. An open breaker whose
-// cool-down is over still reports BreakerOpen until a decision probes.
+// State returns the breaker's current state.
 func (b *CircuitBreaker) State() BreakerState {
 	return BreakerState(b.state.Load())
 }
 
-// Allow reports whether a decision may call the store: always when
-// closed; when open, only once the Cooldown has passed, and then for one
-// decision, the probe, which makes the breaker half-open; when half-open,
-// only if the probe has taken longer than the Cooldown (it is presumed
-// lost, and this decision probes instead).
-func (b *CircuitBreaker) Allow() bool {
-	if BreakerState(b.state.Load()) == BreakerClosed {
-		return true
-	}
-	now := b.now()
+// Ready reports whether the store decides: the breaker is closed.
+func (b *CircuitBreaker) Ready() bool {
+	return b.State() == BreakerClosed
+}
+
+// Changed returns a channel that is closed at the breaker's next change
+// of state. Read State after it is closed, and call Changed again to wait
+// for the change after that.
+func (b *CircuitBreaker) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch BreakerState(b.state.Load()) {
-	case BreakerClosed:
-		return true
-	case BreakerOpen:
-		if now.Before(b.openedAt.Add(b.cooldown)) {
-			return false
-		}
-		b.setState(BreakerHalfOpen)
-		b.log.Debug("store circuit breaker half-open: one decision probes the store",
-			zap.Duration("open_for", now.Sub(b.openedAt)))
-	case BreakerHalfOpen:
-		if b.probing && now.Before(b.probeAt.Add(b.cooldown)) {
-			return false
-		}
-	}
-	b.probing, b.probeAt = true, now
-	return true
+	return b.changed
+}
+
+// Allow reports whether a decision may call the store: only when the
+// breaker is closed.
+func (b *CircuitBreaker) Allow() bool {
+	return BreakerState(b.state.Load()) == BreakerClosed
 }
 
 // Record counts the outcome of a store call that Allow let through and
@@ -226,74 +234,155 @@ func (b *CircuitBreaker) Allow() bool {
 // with it. The call's start is now less took, both on the breaker's own
 // clock.
 func (b *CircuitBreaker) Record(took time.Duration, err error) {
+	if BreakerState(b.state.Load()) != BreakerClosed {
+		return // a call that was in flight when the breaker opened
+	}
 	kind := ""
 	if err != nil {
 		kind = ErrorKind(err)
+		if kind == ErrorCanceled {
+			return
+		}
 	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	state := BreakerState(b.state.Load())
-	if kind == ErrorCanceled {
-		if state == BreakerHalfOpen {
-			b.probing = false // the probe proved nothing; let the next decision probe
-		}
+	if BreakerState(b.state.Load()) != BreakerClosed {
 		return
 	}
-	switch state {
-	case BreakerClosed:
-		b.count(now, err != nil)
-		if err == nil {
-			b.consecutive = 0
-			return
-		}
-		if began := now.Add(-took); !began.Before(b.lastFailed) {
-			b.consecutive++
-			b.lastFailed = now
-		}
-		calls, failed := b.window(now)
-		tripped := b.consecutive >= b.failures ||
-			(b.ratio <= 1 && calls >= b.minCalls && float64(failed) >= b.ratio*float64(calls))
-		if !tripped {
-			return
-		}
-		b.open(now)
-		b.outageStart, b.probes = now, 0
-		b.log.Warn("store circuit breaker opened: decisions apply their fail modes without waiting for the store",
-			zap.String("kind", kind), zap.Error(err),
-			zap.Int("consecutive_failures", b.consecutive),
-			zap.Int("window_calls", calls), zap.Int("window_failures", failed),
-			zap.Duration("cooldown", b.cooldown))
-	case BreakerHalfOpen:
-		if err != nil {
-			b.probes++
-			b.open(now)
-			b.log.Debug("store circuit breaker probe failed; open again",
-				zap.String("kind", kind), zap.Error(err), zap.Int("failed_probes", b.probes))
-			return
-		}
-		b.setState(BreakerClosed)
-		b.probing = false
+	b.count(now, err != nil)
+	if err == nil {
 		b.consecutive = 0
-		b.buckets = [breakerBuckets]bucket{}
-		b.log.Info("store circuit breaker closed: the store decides again",
-			zap.Duration("outage", now.Sub(b.outageStart)), zap.Int("failed_probes", b.probes))
-	case BreakerOpen:
-		// A call that was in flight when the breaker opened: it says
-		// nothing the breaker does not know yet.
+		return
+	}
+	if began := now.Add(-took); !began.Before(b.lastFailed) {
+		b.consecutive++
+		b.lastFailed = now
+	}
+	calls, failed := b.window(now)
+	tripped := b.consecutive >= b.failures ||
+		(b.ratio <= 1 && calls >= b.minCalls && float64(failed) >= b.ratio*float64(calls))
+	if !tripped {
+		return
+	}
+	b.openFromClosed(now)
+	b.log.Warn("store circuit breaker opened: decisions apply their fail modes without waiting for the store",
+		zap.String("kind", kind), zap.Error(err),
+		zap.Int("consecutive_failures", b.consecutive),
+		zap.Int("window_calls", calls), zap.Int("window_failures", failed),
+		zap.Duration("cooldown", b.cooldown))
+}
+
+// Trip opens a closed breaker at once: the store's background work saw err,
+// a failure that says the store is gone (a connection refused or dropped,
+// a server shutting down), whether or not decisions have failed yet. An
+// idle instance thus stops trusting its pooled connections the moment the
+// store goes away, instead of failing its first decisions after the store
+// is back. A cancelled err and a breaker that is not closed are ignored.
+func (b *CircuitBreaker) Trip(err error) {
+	if err == nil || BreakerState(b.state.Load()) != BreakerClosed {
+		return
+	}
+	kind := ErrorKind(err)
+	if kind == ErrorCanceled {
+		return
+	}
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if BreakerState(b.state.Load()) != BreakerClosed {
+		return
+	}
+	b.openFromClosed(now)
+	b.log.Warn("store circuit breaker opened by the store's background work: decisions apply their fail modes without waiting for the store",
+		zap.String("kind", kind), zap.Error(err), zap.Duration("cooldown", b.cooldown))
+}
+
+// Run probes the store with probe while the breaker is open, every
+// Cooldown, until ctx is done, and closes the breaker when a probe
+// succeeds. It is the only way the breaker closes. probe should prove that
+// the next decisions will be decided by the store within their deadline
+// (see CircuitBreaker); it is not called while the breaker is closed.
+func (b *CircuitBreaker) Run(ctx context.Context, probe func(context.Context) error) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		b.mu.Lock()
+		state, changed := BreakerState(b.state.Load()), b.changed
+		wait := b.openedAt.Add(b.cooldown).Sub(b.now())
+		b.mu.Unlock()
+		if state == BreakerClosed {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				continue
+			}
+		}
+		if wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		b.mu.Lock()
+		b.setState(BreakerHalfOpen)
+		b.mu.Unlock()
+		err := probe(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		b.probed(err)
 	}
 }
 
-// open opens the breaker at now. Callers hold mu.
-func (b *CircuitBreaker) open(now time.Time) {
-	b.setState(BreakerOpen)
-	b.openedAt = now
-	b.probing = false
+// probed ends a probe: err == nil closes the breaker, anything else opens
+// it for another Cooldown.
+func (b *CircuitBreaker) probed(err error) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.probes++
+		b.setState(BreakerOpen)
+		b.openedAt = now
+		if b.starting && b.probes == 1 {
+			b.log.Warn("store not ready yet: decisions apply their fail modes; retrying in the background",
+				zap.String("kind", ErrorKind(err)), zap.Error(err), zap.Duration("retry_every", b.cooldown))
+			return
+		}
+		b.log.Debug("store probe failed; the breaker stays open",
+			zap.String("kind", ErrorKind(err)), zap.Error(err), zap.Int("failed_probes", b.probes))
+		return
+	}
+	b.setState(BreakerClosed)
+	b.consecutive = 0
+	b.buckets = [breakerBuckets]bucket{}
+	if b.starting {
+		b.starting = false
+		b.log.Info("store ready: the store decides",
+			zap.Duration("after", now.Sub(b.outageStart)), zap.Int("failed_probes", b.probes))
+		return
+	}
+	b.log.Info("store circuit breaker closed: the store decides again",
+		zap.Duration("outage", now.Sub(b.outageStart)), zap.Int("failed_probes", b.probes))
 }
 
-// setState changes the state and records the transition. Callers hold mu.
+// openFromClosed opens the breaker at now, starting an outage. Callers
+// hold mu.
+func (b *CircuitBreaker) openFromClosed(now time.Time) {
+	b.setState(BreakerOpen)
+	b.openedAt, b.outageStart, b.probes = now, now, 0
+}
+
+// setState changes the state, wakes Changed's waiters and records the
+// transition. Callers hold mu.
 func (b *CircuitBreaker) setState(s BreakerState) {
 	b.state.Store(uint32(s))
+	close(b.changed)
+	b.changed = make(chan struct{})
 	b.metrics.breakerTransition(s)
 }
 

@@ -33,7 +33,7 @@ var trip = append(repeat(4, step{0, "fail", false, limiter.BreakerClosed}), step
 // step is one event of a breaker script, at a fixed instant.
 type step struct {
 	at    time.Duration // after storetest.Base
-	op    string        // "allow", "ok", "fail" (errDown), "cancel" (context.Canceled), "timeout"
+	op    string        // "allow", "ok", "fail" (errDown), "cancel" (context.Canceled), "timeout", "trip", "probe-ok", "probe-fail"
 	allow bool          // for "allow": what Allow must report
 	state limiter.BreakerState
 }
@@ -61,6 +61,12 @@ func runScript(t *testing.T, cfg limiter.BreakerConfig, steps []step) {
 			b.Record(0, fmt.Errorf("postgres decide: %w", context.Canceled))
 		case "timeout":
 			b.Record(0, fmt.Errorf("postgres decide: %w", context.DeadlineExceeded))
+		case "trip":
+			b.Trip(fmt.Errorf("key events: %w", errDown))
+		case "probe-ok":
+			limiter.EndProbe(b, nil)
+		case "probe-fail":
+			limiter.EndProbe(b, errDown)
 		default:
 			t.Fatalf("step %d: unknown op %q", i, s.op)
 		}
@@ -82,10 +88,8 @@ func repeat(n int, s step) []step {
 func TestBreakerScripts(t *testing.T) {
 	const (
 		C = limiter.BreakerClosed
-		H = limiter.BreakerHalfOpen
 		O = limiter.BreakerOpen
 	)
-	ms := time.Millisecond
 	tests := []struct {
 		name  string
 		cfg   limiter.BreakerConfig
@@ -97,47 +101,41 @@ func TestBreakerScripts(t *testing.T) {
 			repeat(4, step{0, "fail", false, C}),
 			{{0, "timeout", false, O}}, // the fifth in a row
 			{{1, "allow", false, O}},
-			{{999 * ms, "allow", false, O}},
+			// Decisions never probe, however long it has been open.
+			{{time.Hour, "allow", false, O}},
 		}},
-		{"cool-down, one probe, success closes", limiter.BreakerConfig{}, [][]step{
+		{"only a probe closes it", limiter.BreakerConfig{}, [][]step{
 			trip,
-			{{time.Second, "allow", true, H}}, // the exact end of the cool-down
-			{{time.Second, "allow", false, H}},
-			{{1500 * ms, "allow", false, H}}, // the probe is in flight
-			{{1500 * ms, "ok", false, C}},
-			{{1500 * ms, "allow", true, C}},
+			{{time.Second, "ok", false, O}}, // a decision that was in flight
+			{{time.Second, "probe-fail", false, O}},
+			{{2 * time.Second, "allow", false, O}},
+			{{2 * time.Second, "probe-ok", false, C}},
+			{{2 * time.Second, "allow", true, C}},
 			// Closed again with a clean slate: four failures do not open it.
-			repeat(4, step{1500 * ms, "fail", false, C}),
+			repeat(4, step{2 * time.Second, "fail", false, C}),
 		}},
-		{"failed probe opens for another cool-down", limiter.BreakerConfig{Cooldown: 2 * time.Second}, [][]step{
-			trip,
-			{{2 * time.Second, "allow", true, H}},
-			{{2100 * ms, "fail", false, O}},
-			{{4099 * ms, "allow", false, O}},
-			{{4100 * ms, "allow", true, H}},
-			{{4100 * ms, "ok", false, C}},
+		{"starts open until the first probe succeeds", limiter.BreakerConfig{StartOpen: true}, [][]step{
+			{{0, "allow", false, O}},
+			{{0, "ok", false, O}},
+			{{0, "probe-fail", false, O}},
+			{{time.Second, "probe-ok", false, C}},
+			{{time.Second, "allow", true, C}},
 		}},
-		{"a lost probe is replaced after a cool-down", limiter.BreakerConfig{}, [][]step{
-			trip,
-			{{time.Second, "allow", true, H}},
-			{{1999 * ms, "allow", false, H}},
-			{{2 * time.Second, "allow", true, H}},
-			{{2 * time.Second, "ok", false, C}},
+		{"the background trips it at once", limiter.BreakerConfig{}, [][]step{
+			{{0, "trip", false, O}},
+			{{0, "allow", false, O}},
+			{{0, "trip", false, O}}, // already open: nothing changes
+			{{time.Second, "probe-ok", false, C}},
 		}},
 		{"cancelled calls count for nothing", limiter.BreakerConfig{}, [][]step{
 			repeat(4, step{0, "fail", false, C}),
 			repeat(50, step{0, "cancel", false, C}),
 			{{0, "fail", false, O}}, // still the fifth failure in a row
-			{{time.Second, "allow", true, H}},
-			{{time.Second, "cancel", false, H}}, // the probe's client left: probe again at once
-			{{time.Second, "allow", true, H}},
-			{{time.Second, "allow", false, H}},
 		}},
 		{"calls in flight when it opened are ignored", limiter.BreakerConfig{}, [][]step{
 			trip,
-			{{10 * ms, "ok", false, O}},
-			repeat(10, step{10 * ms, "fail", false, O}),
-			{{time.Second, "allow", true, H}}, // the cool-down runs from the opening
+			{{10 * time.Millisecond, "ok", false, O}},
+			repeat(10, step{10 * time.Millisecond, "fail", false, O}),
 		}},
 		{"failure ratio over the window", limiter.BreakerConfig{Failures: 100, MinCalls: 10, Ratio: 0.5, Window: 10 * time.Second}, [][]step{
 			// 9 calls, 5 failed: below MinCalls.
@@ -168,6 +166,81 @@ func TestBreakerScripts(t *testing.T) {
 			}
 			runScript(t, tt.cfg, steps)
 		})
+	}
+}
+
+// TestBreakerRun: Run probes an open breaker every cool-down, without any
+// traffic, closes it on the first success, and does not probe while it is
+// closed. Changed reports every change of state.
+func TestBreakerRun(t *testing.T) {
+	b, err := limiter.NewBreaker(limiter.BreakerConfig{StartOpen: true, Cooldown: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		probes []time.Time
+		fail   = 3 // the first three probes fail
+	)
+	probe := func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		probes = append(probes, time.Now())
+		if len(probes) <= fail {
+			return errDown
+		}
+		return nil
+	}
+	nprobes := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(probes)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx, probe) }()
+	defer func() { cancel(); <-done }()
+
+	waitState := func(want limiter.BreakerState) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			changed := b.Changed()
+			if b.State() == want {
+				return
+			}
+			select {
+			case <-changed:
+			case <-deadline:
+				t.Fatalf("state %v, want %v", b.State(), want)
+			}
+		}
+	}
+	waitState(limiter.BreakerClosed)
+	if n := nprobes(); n != 4 {
+		t.Fatalf("%d probes before closing, want 4 (three failed)", n)
+	}
+	mu.Lock()
+	for i := 1; i < len(probes); i++ {
+		if gap := probes[i].Sub(probes[i-1]); gap < 10*time.Millisecond {
+			t.Errorf("probe %d came %v after the previous one, want at least the 10ms cool-down", i, gap)
+		}
+	}
+	mu.Unlock()
+
+	// Closed: no probes.
+	time.Sleep(50 * time.Millisecond) // nothing to wait for: proving an absence
+	if n := nprobes(); n != 4 {
+		t.Fatalf("%d probes while closed, want none beyond the 4", n-4)
+	}
+	// The background trips it; Run probes again by itself and closes it.
+	b.Trip(errDown)
+	if b.Allow() {
+		t.Fatal("tripped breaker allows")
+	}
+	waitState(limiter.BreakerClosed)
+	if n := nprobes(); n != 5 {
+		t.Fatalf("%d probes after the trip, want 1", n-4)
 	}
 }
 
@@ -247,18 +320,16 @@ func TestBreakerMetricsAndLogs(t *testing.T) {
 			}
 		}
 		clock.Advance(time.Second)
-		if !b.Allow() {
-			t.Fatalf("probe %d refused", i)
-		}
+		limiter.StartProbe(b)
 		if s := state(); s != 1 {
-			t.Fatalf("state gauge %v while probing, want 1", s)
+			t.Fatalf("state gauge %v while probing (%d), want 1", s, i)
 		}
-		b.Record(0, errDown)
+		limiter.EndProbe(b, errDown)
 	}
 	clock.Advance(time.Second)
-	b.Allow()
+	limiter.StartProbe(b)
 	clock.Advance(250 * time.Millisecond)
-	b.Record(0, nil)
+	limiter.EndProbe(b, nil)
 	if s := state(); s != 0 {
 		t.Fatalf("state gauge %v after closing, want 0", s)
 	}
@@ -351,21 +422,29 @@ func TestBreakerInLimiter(t *testing.T) {
 	if st.calls() != 5 {
 		t.Fatalf("the store was called %d times while the breaker was open", st.calls()-5)
 	}
-	// The store is back; after the cool-down the next decision probes and
-	// closes the breaker; the exact store decides again.
+	// The store is back; no decision probes it, however long it has been:
+	// the breaker's own probe closes it, and the exact store decides again.
 	st.set(false)
-	clock.Advance(time.Second)
+	clock.Advance(time.Hour)
+	if o := l.Decide(context.Background(), []limiter.Check{chk(closed, "x")}); !o.Unavailable {
+		t.Fatalf("a decision probed the store: %+v", o)
+	}
+	limiter.StartProbe(b)
+	limiter.EndProbe(b, nil)
 	o := l.Decide(context.Background(), []limiter.Check{chk(closed, "x")})
 	if !o.Allowed || o.Sources[0] != limiter.SourceStore || b.State() != limiter.BreakerClosed {
-		t.Fatalf("probe: %+v, state %v", o, b.State())
+		t.Fatalf("after the probe: %+v, state %v", o, b.State())
 	}
 }
 
-// switchStore blocks until the deadline while down, and allows while up.
+// switchStore blocks until the deadline while down, and allows (or, with
+// denyAll, denies for an hour) while up.
 type switchStore struct {
-	mu   sync.Mutex
-	down bool
-	n    int
+	mu      sync.Mutex
+	down    bool
+	denyAll bool
+	now     func() time.Time // the store's clock, for denyAll
+	n       int
 }
 
 func (s *switchStore) set(down bool) {
@@ -390,9 +469,14 @@ func (s *switchStore) Decide(ctx context.Context, cs []limiter.Check, rs []limit
 		return false, fmt.Errorf("switch store: %w", ctx.Err())
 	}
 	for i, c := range cs {
+		if s.denyAll {
+			rs[i] = limiter.Result{Limit: c.Rule.Limit, Window: c.Rule.Window, Reset: s.now().Add(time.Hour),
+				ResetAfter: time.Hour, RetryAfter: time.Hour}
+			continue
+		}
 		rs[i] = limiter.Result{Allowed: true, Limit: c.Rule.Limit, Window: c.Rule.Window, Remaining: c.Rule.Limit - 1}
 	}
-	return true, nil
+	return !s.denyAll, nil
 }
 
 func TestNewBreakerErrors(t *testing.T) {
@@ -407,17 +491,23 @@ func TestNewBreakerErrors(t *testing.T) {
 	}
 }
 
-// TestBreakerConcurrent hammers one breaker from many goroutines (for the
-// race detector) and checks that it ends in a consistent state.
+// TestBreakerConcurrent hammers one breaker from many goroutines, with Run
+// probing it, for the race detector, and checks that it ends closed.
 func TestBreakerConcurrent(t *testing.T) {
-	b, err := limiter.NewBreaker(limiter.BreakerConfig{Cooldown: time.Nanosecond})
+	b, err := limiter.NewBreaker(limiter.BreakerConfig{Cooldown: time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var probes sync.WaitGroup
+	probes.Go(func() { b.Run(ctx, func(context.Context) error { return nil }) })
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 2000 {
+				if i%100 == 0 {
+					b.Trip(errDown)
+				}
 				if !b.Allow() {
 					continue
 				}
@@ -430,12 +520,15 @@ func TestBreakerConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// Whatever happened, one success after the cool-down closes it.
-	for b.State() != limiter.BreakerClosed {
-		if b.Allow() {
-			b.Record(0, nil)
+	for {
+		changed := b.Changed()
+		if b.State() == limiter.BreakerClosed {
+			break
 		}
+		<-changed
 	}
+	cancel()
+	probes.Wait()
 }
 
 func BenchmarkBreaker(b *testing.B) {

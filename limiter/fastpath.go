@@ -23,12 +23,14 @@ type cacheKey struct {
 	rule, key string
 }
 
-// overLimit is one remembered denial: until when, and the limit and
-// window the store applied (which may be a key's override).
+// overLimit is one remembered denial: until when, the limit and window
+// the store applied (which may be a key's override), and when the store
+// decided it, on the store's clock.
 type overLimit struct {
-	until  time.Time
-	limit  int64
-	window time.Duration
+	until   time.Time
+	limit   int64
+	window  time.Duration
+	decided time.Time
 }
 
 func newFastPath(size int) (*fastPath, error) {
@@ -98,10 +100,23 @@ func (f *fastPath) remember(checks []Check, results []Result, start time.Time) {
 		}
 		f.cache.Add(cacheKey{c.Rule.Name, c.Key}, overLimit{
 			until: start.Add(r.RetryAfter), limit: r.Limit, window: r.Window,
+			decided: r.Reset.Add(-r.ResetAfter), // the store's clock at the decision
 		})
 	}
 }
 
-func (f *fastPath) forget(rule, key string) {
-	f.cache.Remove(cacheKey{rule, key})
+// forget drops the denial of (rule, key) unless the store decided it after
+// at, on the store's clock: a reset or override change at at made it
+// stale, but a denial decided after it is the store's word on the new
+// state, and must stay even when the news of the change arrives late. (At
+// the same instant the order is unknown; the denial goes, which costs a
+// store call.)
+func (f *fastPath) forget(rule, key string, at time.Time) {
+	k := cacheKey{rule, key}
+	if e, ok := f.cache.Peek(k); ok && !e.decided.After(at) {
+		// A denial remembered between the Peek and the Remove is dropped
+		// too; that costs a store call, and needs the two within
+		// nanoseconds of each other.
+		f.cache.Remove(k)
+	}
 }

@@ -306,11 +306,12 @@ func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 	}
 }
 
-// Forget drops (rule, key) from the fast path, after an admin reset or an
-// override change made its remembered denial wrong.
-func (l *Limiter) Forget(rule, key string) {
+// Forget drops (rule, key) from the fast path when an admin reset or an
+// override change at at, on the store's clock, made its remembered denial
+// stale: a denial the store decided after at is kept.
+func (l *Limiter) Forget(rule, key string, at time.Time) {
 	if l.fast != nil {
-		l.fast.forget(rule, key)
+		l.fast.forget(rule, key, at)
 	}
 }
 

@@ -275,19 +275,55 @@ func TestShadowNeverBlocksNorCached(t *testing.T) {
 	}
 }
 
+// TestForget: a reset or override change drops a remembered denial that
+// the store decided before it, and keeps one decided after it, however
+// late the news of the change arrives (a delayed event during an outage
+// must not let an over-limit key through).
 func TestForget(t *testing.T) {
 	f := newFixture(t, nil)
 	a := rule("a", 1)
 	f.decide(chk(a, "k"))
-	f.decide(chk(a, "k"))
+	f.decide(chk(a, "k")) // denied by the store at Base+10s: remembered
 	if o := f.decide(chk(a, "k")); o.Sources[0] != limiter.SourceFastPath {
 		t.Fatalf("not remembered: %v", o.Sources)
 	}
-	f.local.Reset("a", "k") // unrelated store: no effect on the cache
-	f.store.Store.(*memory.Store).Reset("a", "k")
-	f.limiter.Forget("a", "k")
+	denied := f.clock.Now()
+
+	// News of a reset made before the denial, arriving late: kept.
+	f.limiter.Forget("a", "k", denied.Add(-time.Second))
+	if o := f.decide(chk(a, "k")); o.Sources[0] != limiter.SourceFastPath {
+		t.Fatalf("a reset older than the denial dropped it: %v", o.Sources)
+	}
+	// A reset after the denial: dropped, and the store decides.
+	f.clock.Advance(time.Millisecond)
+	f.store.Store.(*memory.Store).Reset(context.Background(), "a", "k") //nolint:errcheck // cannot fail
+	f.limiter.Forget("a", "k", f.clock.Now())
 	if o := f.decide(chk(a, "k")); !o.Allowed || o.Sources[0] != limiter.SourceStore {
 		t.Errorf("after Reset and Forget: %+v, want allowed by the store", o)
+	}
+}
+
+// TestLateResetDuringOutage: the observed leak. A key over its limit is
+// remembered; the store then fails, and the event of an earlier reset
+// arrives. The key stays denied by the fast path, whatever the rule's fail
+// mode, instead of passing on it.
+func TestLateResetDuringOutage(t *testing.T) {
+	st := &switchStore{}
+	f := newFixture(t, func(c *limiter.Config) { c.Store = st; c.Timeout = 10 * time.Millisecond })
+	st.now = f.clock.Now
+	a := rule("a", 1, fail(policy.FailOpen))
+	resetAt := f.clock.Now()
+	f.clock.Advance(time.Second)
+	st.denyAll = true
+	if o := f.decide(chk(a, "k")); o.Allowed {
+		t.Fatal("the store allowed")
+	}
+	st.set(true) // down: every decision would fail open
+	f.limiter.Forget("a", "k", resetAt)
+	for i := range 12 {
+		if o := f.decide(chk(a, "k")); o.Allowed {
+			t.Fatalf("request %d passed during the outage after a late reset event: %+v", i+1, o)
+		}
 	}
 }
 

@@ -109,6 +109,13 @@ func Load(schema string) ([]Migration, error) {
 	return ms, nil
 }
 
+// Latest returns the version of the newest embedded migration: the
+// version a schema must have reached for this binary to use it.
+func Latest() int {
+	names, _ := fs.Glob(files, "*.up.sql")
+	return len(names) // Load refuses gaps, so the count is the newest version
+}
+
 // AdvisoryLockKey derives the 64-bit advisory lock key that sluice uses for
 // purpose ("migrate", "cleanup", …) in schema, so that every sluice lock
 // comes from one place and locks of different schemas do not collide.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -14,21 +13,18 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// Pinger reports whether the store is reachable.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // AdminConfig configures the admin handler.
 type AdminConfig struct {
-	Policy   *policy.Policy
-	Store    Pinger // nil: the in-memory store, always ready
+	Policy *policy.Policy
+	// Ready reports whether the store decides: nil when it does, or why it
+	// does not (/readyz answers 503 with it). Nil means always ready.
+	Ready    func() error
 	Gatherer prometheus.Gatherer
-	// Keys, Limiter and Hasher serve /v1/keys and /v1/overrides; they are
-	// left out when Keys is nil.
-	Keys    KeyStore
-	Limiter Forgetter
-	Hasher  *hashing.Hasher
+	// Keys and Hasher serve /v1/keys and /v1/overrides; they are left out
+	// when Keys is nil. The store tells the limiter's fast path of resets
+	// and override changes itself.
+	Keys   KeyStore
+	Hasher *hashing.Hasher
 	// Token authorises writes; empty refuses every write.
 	Token string
 }
@@ -41,11 +37,9 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		writeText(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Store != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			defer cancel()
-			if err := cfg.Store.Ping(ctx); err != nil {
-				writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store unreachable: " + err.Error()})
+		if cfg.Ready != nil {
+			if err := cfg.Ready(); err != nil {
+				writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 				return
 			}
 		}
@@ -56,7 +50,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy.Rules())})
 	})
 	if cfg.Keys != nil {
-		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, forget: cfg.Limiter, hasher: cfg.Hasher, token: cfg.Token}
+		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher, token: cfg.Token}
 		mux.HandleFunc("GET /v1/keys", api.getKey)
 		mux.HandleFunc("DELETE /v1/keys", api.deleteKey)
 		mux.HandleFunc("PUT /v1/overrides", api.putOverride)

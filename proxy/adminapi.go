@@ -17,6 +17,7 @@ import (
 )
 
 // KeyStore is what the admin API needs from the store behind the limiter.
+// Its writes tell every instance's over-limit fast path themselves.
 type KeyStore interface {
 	// Peek reports a counter without consuming from it.
 	Peek(ctx context.Context, c limiter.Check) (limiter.Result, error)
@@ -28,16 +29,10 @@ type KeyStore interface {
 	DeleteOverride(ctx context.Context, rule, key string) error
 }
 
-// Forgetter drops a key from this instance's over-limit fast path.
-type Forgetter interface {
-	Forget(rule, key string)
-}
-
 // adminAPI serves /v1/keys and /v1/overrides.
 type adminAPI struct {
 	policy *policy.Policy
 	store  KeyStore
-	forget Forgetter
 	hasher *hashing.Hasher
 	token  string
 }
@@ -162,8 +157,7 @@ func (a *adminAPI) getKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // write serves an authorised write on one key: change makes it, and a
-// store error becomes a 503. The key also leaves this instance's fast path,
-// whose verdict the write may have made stale.
+// store error becomes a 503.
 func (a *adminAPI) write(w http.ResponseWriter, r *http.Request, change func(c limiter.Check) (any, *problem, error)) {
 	if !a.authorized(w, r) {
 		return
@@ -182,7 +176,6 @@ func (a *adminAPI) write(w http.ResponseWriter, r *http.Request, change func(c l
 		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
 		return
 	}
-	a.forget.Forget(c.Rule.Name, c.Key)
 	if body == nil {
 		w.WriteHeader(http.StatusNoContent)
 		return

@@ -33,8 +33,9 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 		t.Fatal(err)
 	}
 	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	mem := memory.New(memory.WithClock(clock.Now))
-	lim, err := limiter.New(limiter.Config{Store: mem, Local: memory.New(), Timeout: time.Second, CacheSize: 100, Now: clock.Now})
+	var lim *limiter.Limiter
+	mem := memory.New(memory.WithClock(clock.Now), memory.WithForget(func(rule, key string, at time.Time) { lim.Forget(rule, key, at) }))
+	lim, err = limiter.New(limiter.Config{Store: mem, Local: memory.New(), Timeout: time.Second, CacheSize: 100, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	t.Cleanup(pub.Close)
 	adm := httptest.NewServer(NewAdmin(AdminConfig{
 		Policy: pol, Gatherer: prometheus.NewRegistry(),
-		Keys: memory.Admin{Store: mem}, Limiter: lim, Hasher: h, Token: token,
+		Keys: mem, Hasher: h, Token: token,
 	}))
 	t.Cleanup(adm.Close)
 	return &adminFixture{public: pub, admin: adm}

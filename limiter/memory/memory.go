@@ -5,6 +5,16 @@
 //
 // Limits held by a memory store are per process and do not survive a
 // restart.
+//
+// Memory is bounded: a Store holds at most MaxKeys counters (one per rule
+// and key) of its own. When it is full, a new key gets no counter of its
+// own: it is counted in its rule's overflow counter of its shard, shared
+// with every other new key of that rule and shard, until expired counters
+// make room (they are swept as decisions meet them, and all at once by
+// Run). Existing counters are never evicted before they expire: an
+// attacker who floods fresh keys cannot push anyone's counter out to reset
+// it, and over-limit keys stay limited; what a flood does is make new keys
+// share a limit, which errs towards limiting more, never less.
 package memory
 
 import (
@@ -14,6 +24,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/limiter"
@@ -34,12 +45,31 @@ const (
 	sweepSample = 4
 )
 
+// DefaultMaxKeys is the bound on counters of a Store made without
+// WithMaxKeys (SLUICE_MEMORY_MAX_KEYS's default).
+const DefaultMaxKeys = 1_000_000
+
+// overflowKey is the key of the overflow counters. Real keys are HMACs in
+// hex or base64 and never start with a NUL byte.
+const overflowKey = "\x00overflow"
+
+// fullSweepSample is how many counters of its shard a decision that finds
+// the store full inspects for expired ones before it overflows: enough to
+// find room that expiry made, bounded so that a flood cannot make every
+// decision scan a shard.
+const fullSweepSample = 16
+
 // Store is an in-memory limiter.Store. The zero value is not usable; call
 // New. A Store is safe for simultaneous use by multiple goroutines.
 type Store struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	shards [numShards]shard
+	now     func() time.Time
+	maxKeys int64
+	forget  func(rule, key string, at time.Time)
+	seed    maphash.Seed
+	// keys counts the counters held, overflow counters excepted.
+	keys     atomic.Int64
+	overflow atomic.Uint64 // decisions counted in an overflow counter
+	shards   [numShards]shard
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -74,13 +104,35 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.now = now }
 }
 
+// WithMaxKeys bounds the counters the store holds of its own to n (see
+// the package comment for what happens when it is full); n < 1 means
+// DefaultMaxKeys.
+func WithMaxKeys(n int) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxKeys = int64(n)
+		}
+	}
+}
+
+// WithForget makes Reset, SetOverride and DeleteOverride call forget with
+// the rule, the key and the store's time of the change; the gateway passes
+// its limiter's Forget, so that the over-limit fast path drops the denials
+// the change made stale.
+func WithForget(forget func(rule, key string, at time.Time)) Option {
+	return func(s *Store) { s.forget = forget }
+}
+
 // New returns an empty Store. It starts no goroutine: expired counters are
 // dropped opportunistically as decisions touch their shard, and entirely by
 // Sweep or Run.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, seed: maphash.MakeSeed()}
+	s := &Store{now: time.Now, maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.forget == nil {
+		s.forget = func(string, string, time.Time) {}
 	}
 	for i := range s.shards {
 		s.shards[i].counters = make(map[counterKey]*counter)
@@ -147,6 +199,14 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 	s.lockShards(mask)
 	defer s.unlockShards(mask)
 	now := s.now().UnixMicro()
+	if s.keys.Load() >= s.maxKeys {
+		// Full: look for room that expiry made in the shards at hand,
+		// before any counter of this decision is looked up (a sweep must
+		// not delete a counter a check already holds).
+		for m := mask; m != 0; m &= m - 1 {
+			s.keys.Add(-int64(s.shards[bits.TrailingZeros64(m)].sweep(now, fullSweepSample)))
+		}
+	}
 
 	// Step 1: every check's own verdict against the state as of now.
 	for i, c := range checks {
@@ -160,8 +220,19 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 		if w.ctr != nil && w.ctr.algo != c.Rule.Algorithm {
 			// The rule changed its algorithm under the same name: its old
 			// state means nothing now.
-			delete(w.sh.counters, w.ck)
+			s.drop(w.sh, w.ck)
 			w.ctr = nil
+		}
+		if w.ctr == nil && s.keys.Load() >= s.maxKeys {
+			// Full: the key is counted with the other new keys of its rule
+			// in this shard (see the package comment).
+			w.ck = counterKey{c.Rule.Name, overflowKey}
+			w.ctr = w.sh.counters[w.ck]
+			if w.ctr != nil && w.ctr.algo != c.Rule.Algorithm {
+				delete(w.sh.counters, w.ck)
+				w.ctr = nil
+			}
+			s.overflow.Add(1)
 		}
 		w.ok = verdict(&w.p, c.Rule.Algorithm, w.ctr, now)
 	}
@@ -184,6 +255,9 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 				if w.ctr = w.sh.counters[w.ck]; w.ctr == nil {
 					w.ctr = &counter{algo: c.Rule.Algorithm}
 					w.sh.counters[w.ck] = w.ctr
+					if w.ck.key != overflowKey {
+						s.keys.Add(1)
+					}
 				}
 			}
 			consume(&w.p, c.Rule.Algorithm, w.ctr, now)
@@ -202,7 +276,7 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 	for m := mask; m != 0; m &= m - 1 {
 		sh := &s.shards[bits.TrailingZeros64(m)]
 		if sh.decisions++; sh.decisions%sweepEvery == 0 {
-			sh.sweep(now, sweepSample)
+			s.keys.Add(-int64(sh.sweep(now, sweepSample)))
 		}
 	}
 	return allowed, nil
@@ -252,25 +326,29 @@ var ErrInvalidOverride = errors.New("memory: override needs a limit of at least 
 // SetOverride makes key use limit and window instead of rule's own (see
 // limiter.OverrideParams for burst and bucket). The key's counter is kept
 // and read under the new parameters; callers that want a fresh start also
-// call Reset.
-func (s *Store) SetOverride(rule, key string, limit int64, window time.Duration) error {
+// call Reset. The context is not used: nothing here waits.
+func (s *Store) SetOverride(_ context.Context, rule, key string, limit int64, window time.Duration) error {
 	if limit < 1 || window < time.Second {
 		return ErrInvalidOverride
 	}
 	sh := &s.shards[s.shardOf(rule, key)]
-	o := override{limit: limit, window: window}
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.overrides[counterKey{rule, key}] = o
+	sh.overrides[counterKey{rule, key}] = override{limit: limit, window: window}
+	at := s.now()
+	sh.mu.Unlock()
+	s.forget(rule, key, at)
 	return nil
 }
 
 // DeleteOverride removes key's override under rule, if any.
-func (s *Store) DeleteOverride(rule, key string) {
+func (s *Store) DeleteOverride(_ context.Context, rule, key string) error {
 	sh := &s.shards[s.shardOf(rule, key)]
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	delete(sh.overrides, counterKey{rule, key})
+	at := s.now()
+	sh.mu.Unlock()
+	s.forget(rule, key, at)
+	return nil
 }
 
 // Override returns key's override under rule, if it has one.
@@ -284,14 +362,28 @@ func (s *Store) Override(rule, key string) (limit int64, window time.Duration, o
 
 // Reset deletes key's counter under rule: its next request starts from a
 // full limit.
-func (s *Store) Reset(rule, key string) {
+func (s *Store) Reset(_ context.Context, rule, key string) error {
 	sh := &s.shards[s.shardOf(rule, key)]
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	delete(sh.counters, counterKey{rule, key})
+	s.drop(sh, counterKey{rule, key})
+	at := s.now()
+	sh.mu.Unlock()
+	s.forget(rule, key, at)
+	return nil
 }
 
-// Len returns the number of counters held, expired or not.
+// drop deletes the counter ck of sh, if any. The caller holds sh.mu.
+func (s *Store) drop(sh *shard, ck counterKey) {
+	if _, ok := sh.counters[ck]; ok {
+		delete(sh.counters, ck)
+		if ck.key != overflowKey {
+			s.keys.Add(-1)
+		}
+	}
+}
+
+// Len returns the number of counters held, expired or not, overflow
+// counters included.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
@@ -302,6 +394,10 @@ func (s *Store) Len() int {
 	}
 	return n
 }
+
+// Overflowed returns how many checks were counted in an overflow counter
+// because the store was full.
+func (s *Store) Overflowed() uint64 { return s.overflow.Load() }
 
 // Sweep drops every counter whose state has expired at now (an expired
 // counter reads exactly like an absent one) and returns how many it
@@ -315,21 +411,20 @@ func (s *Store) Sweep(now time.Time) int {
 		n += sh.sweep(t, -1)
 		sh.mu.Unlock()
 	}
+	s.keys.Add(-int64(n))
 	return n
 }
 
-// Run calls Sweep with the store's clock every interval until ctx is done,
-// then returns ctx's error. It is how a long-lived store bounds its memory.
-func (s *Store) Run(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("memory: sweep interval %v: must be positive", interval)
-	}
+// Run calls Sweep with the store's clock every interval until ctx is
+// done. It is how a long-lived store gives back the memory of keys that
+// are never seen again, and makes room when it is full.
+func (s *Store) Run(ctx context.Context, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return
 		case <-tick.C:
 			s.Sweep(s.now())
 		}
@@ -337,8 +432,10 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) error {
 }
 
 // sweep deletes expired counters, inspecting at most limit of them (all
-// when limit < 0). Go's map iteration starts at a random place, so small
-// limits sample the shard. The caller holds sh.mu.
+// when limit < 0), and returns how many of the store's own keys it
+// deleted (overflow counters are not counted as keys). Go's map iteration
+// starts at a random place, so small limits sample the shard. The caller
+// holds sh.mu.
 func (sh *shard) sweep(now int64, limit int) int {
 	n := 0
 	for k, c := range sh.counters {
@@ -348,7 +445,9 @@ func (sh *shard) sweep(now int64, limit int) int {
 		limit--
 		if c.expires <= now {
 			delete(sh.counters, k)
-			n++
+			if k.key != overflowKey {
+				n++
+			}
 		}
 	}
 	return n

@@ -83,7 +83,7 @@ func TestOverride(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st, _ := newStore()
-			if err := st.SetOverride(tt.rule.Name, "acme", tt.limit, tt.window); err != nil {
+			if err := st.SetOverride(context.Background(), tt.rule.Name, "acme", tt.limit, tt.window); err != nil {
 				t.Fatal(err)
 			}
 			var res []limiter.Result
@@ -106,7 +106,7 @@ func TestOverrideLifecycle(t *testing.T) {
 	st, _ := newStore()
 	r := &policy.Rule{Name: "q", Limit: 1, Window: time.Minute, Cost: 1}
 	c := limiter.Check{Rule: r, Key: "acme"}
-	if err := st.SetOverride("q", "acme", 3, time.Minute); err != nil {
+	if err := st.SetOverride(context.Background(), "q", "acme", 3, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if l, w, ok := st.Override("q", "acme"); !ok || l != 3 || w != time.Minute {
@@ -116,7 +116,7 @@ func TestOverrideLifecycle(t *testing.T) {
 	if _, ok := decide(t, st, c); !ok {
 		t.Fatal("second request denied under an override of 3")
 	}
-	st.DeleteOverride("q", "acme")
+	st.DeleteOverride(context.Background(), "q", "acme") //nolint:errcheck // cannot fail
 	if _, _, ok := st.Override("q", "acme"); ok {
 		t.Fatal("override still present after DeleteOverride")
 	}
@@ -124,7 +124,7 @@ func TestOverrideLifecycle(t *testing.T) {
 	if _, ok := decide(t, st, c); ok {
 		t.Fatal("request allowed after the override was deleted")
 	}
-	st.Reset("q", "acme")
+	st.Reset(context.Background(), "q", "acme") //nolint:errcheck // cannot fail
 	if _, ok := decide(t, st, c); !ok {
 		t.Fatal("request denied after Reset")
 	}
@@ -133,7 +133,7 @@ func TestOverrideLifecycle(t *testing.T) {
 		limit  int64
 		window time.Duration
 	}{{0, time.Minute}, {-1, time.Minute}, {1, 0}, {1, time.Millisecond}} {
-		if err := st.SetOverride("q", "x", bad.limit, bad.window); !errors.Is(err, memory.ErrInvalidOverride) {
+		if err := st.SetOverride(context.Background(), "q", "x", bad.limit, bad.window); !errors.Is(err, memory.ErrInvalidOverride) {
 			t.Errorf("SetOverride(%d, %v) = %v, want ErrInvalidOverride", bad.limit, bad.window, err)
 		}
 	}
@@ -239,19 +239,13 @@ func TestSweep(t *testing.T) {
 func TestRunStops(t *testing.T) {
 	st, _ := newStore()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- st.Run(ctx, time.Millisecond) }()
+	done := make(chan struct{})
+	go func() { defer close(done); st.Run(ctx, time.Millisecond) }()
 	cancel()
 	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Run returned %v, want context.Canceled", err)
-		}
+	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not stop when its context was canceled")
-	}
-	if err := st.Run(context.Background(), 0); err == nil {
-		t.Error("Run accepted a zero interval")
 	}
 }
 
@@ -351,5 +345,62 @@ func warm(b *testing.B, st *memory.Store, r *policy.Rule, keys []string) {
 		if _, err := st.Decide(context.Background(), []limiter.Check{{Rule: r, Key: k}}, res); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestMaxKeys: a flood of fresh keys into a full store neither grows it
+// past MaxKeys (plus one overflow counter per rule and shard) nor resets
+// anyone: keys over their limit before the flood stay limited, and the
+// flood's keys share the overflow counters, so most of them are limited
+// too. Once the counters expire, new keys get counters of their own again.
+func TestMaxKeys(t *testing.T) {
+	const maxKeys, limit = 100, 3
+	clock := storetest.NewClock(storetest.Base)
+	st := memory.New(memory.WithClock(clock.Now), memory.WithMaxKeys(maxKeys))
+	r := &policy.Rule{Name: "login", Limit: limit, Window: time.Minute, Cost: 1}
+	victim := limiter.Check{Rule: r, Key: "victim"}
+	for range limit {
+		decide(t, st, victim)
+	}
+	if _, ok := decide(t, st, victim); ok {
+		t.Fatal("the victim's key is not over its limit before the flood")
+	}
+
+	allowed := 0
+	for i := range 5000 {
+		if _, ok := decide(t, st, limiter.Check{Rule: r, Key: fmt.Sprint("flood-", i)}); ok {
+			allowed++
+		}
+		clock.Advance(time.Millisecond) // the flood lasts 5s, well inside the window
+	}
+	if n := st.Len(); n > maxKeys+64 {
+		t.Errorf("%d counters after the flood, want at most %d", n, maxKeys+64)
+	}
+	if _, ok := decide(t, st, victim); ok {
+		t.Error("the flood reset the victim's counter")
+	}
+	// 99 keys got counters of their own (3 each at most, here 1 each);
+	// the other 4901 shared 64 overflow counters of limit 3.
+	if max := maxKeys - 1 + 64*limit; allowed > max {
+		t.Errorf("%d flood requests allowed, want at most %d", allowed, max)
+	}
+	if st.Overflowed() == 0 {
+		t.Error("no decision overflowed")
+	}
+
+	// A minute later everything has expired and Run's sweep has made room:
+	// a new key gets its own counter (and its own limit) again.
+	clock.Advance(time.Minute)
+	st.Sweep(clock.Now())
+	fresh := limiter.Check{Rule: r, Key: "fresh"}
+	for i := range limit + 1 {
+		if _, ok := decide(t, st, fresh); ok != (i < limit) {
+			t.Fatalf("fresh key, request %d: allowed=%v", i+1, ok)
+		}
+	}
+	before := st.Overflowed()
+	decide(t, st, limiter.Check{Rule: r, Key: "another"})
+	if st.Overflowed() != before {
+		t.Error("a new key overflowed although the store had room again")
 	}
 }

@@ -110,6 +110,7 @@ func (c *call) recycle() {
 type batcher struct {
 	maxInFlight int
 	maxBatch    int
+	maxQueued   int
 	wait        time.Duration // Options.BatchWait
 
 	mu        sync.Mutex
@@ -117,6 +118,10 @@ type batcher struct {
 	inFlight  int
 	gathering int           // drains waiting in gather
 	full      chan struct{} // wakes gathering drains when the queue is full
+	// base is the context every statement runs under (bounded by
+	// StatementTimeout); abort cancels it and makes a new one.
+	base   context.Context
+	cancel context.CancelFunc
 }
 
 // busyBatch is the batch size from which a drain gathers before its next
@@ -124,14 +129,39 @@ type batcher struct {
 // fewer decisions is not busy enough for a wait to pay, and sends at once.
 const busyBatch = 8
 
-func newBatcher(maxInFlight, maxBatch int, wait time.Duration) *batcher {
-	return &batcher{
+func newBatcher(maxInFlight, maxBatch, maxQueued int, wait time.Duration) *batcher {
+	b := &batcher{
 		maxInFlight: maxInFlight,
 		maxBatch:    maxBatch,
+		maxQueued:   maxQueued,
 		wait:        wait,
 		full:        make(chan struct{}, maxInFlight),
 	}
+	b.base, b.cancel = context.WithCancel(context.Background())
+	return b
 }
+
+// statementContext returns the context of a statement about to be sent.
+func (b *batcher) statementContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	b.mu.Lock()
+	base := b.base
+	b.mu.Unlock()
+	return context.WithTimeout(base, timeout)
+}
+
+// abort cancels every statement in flight: their connections are closed
+// and their decisions fail. Statements sent afterwards run normally.
+func (b *batcher) abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cancel()
+	b.base, b.cancel = context.WithCancel(context.Background())
+}
+
+// errQueueFull is the error of a decision that found MaxQueued decisions
+// already waiting: the database is not keeping up, and waiting longer
+// would only miss the deadline. It counts as a timeout.
+var errQueueFull = &faultError{kind: limiter.ErrorTimeout, err: errors.New("postgres decide: too many decisions are waiting for the database")}
 
 // decideBatched is Decide through the batcher.
 func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
@@ -139,8 +169,12 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 		return false, decideErr(err)
 	}
 	b := s.batch
-	c := newCall(checks)
 	b.mu.Lock()
+	if len(b.queue) >= b.maxQueued {
+		b.mu.Unlock()
+		return false, errQueueFull
+	}
+	c := newCall(checks)
 	b.queue = append(b.queue, c)
 	start := b.inFlight < b.maxInFlight
 	if start {
@@ -198,11 +232,17 @@ func (s *Store) drain() {
 		if len(calls) == 0 {
 			return // take gave the slot up
 		}
+		if !s.ready() {
+			// The breaker opened while these waited: the database is not
+			// to be asked; their fail modes apply at once.
+			s.finish(calls, nil, limiter.ErrBreakerOpen)
+			continue
+		}
 		ds = ds[:0]
 		for _, c := range calls {
 			ds = append(ds, Decision{Checks: c.checks, Results: c.results})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StatementTimeout)
+		ctx, cancel := s.batch.statementContext(s.opts.StatementTimeout)
 		err := s.run(ctx, ds, false)
 		var be *errBuild
 		if errors.As(err, &be) && len(ds) > 1 {
@@ -216,16 +256,26 @@ func (s *Store) drain() {
 			}
 		}
 		cancel()
-		for i, c := range calls {
-			c.allowed = ds[i].Allowed
-			if c.state.CompareAndSwap(callTaken, callDone) {
-				c.done <- struct{}{}
-			} else {
-				c.recycle() // abandoned: its caller is gone
-			}
-			calls[i] = nil
-		}
+		s.finish(calls, ds, nil)
 		clear(ds)
+	}
+}
+
+// finish hands the taken calls their answers: ds[i].Allowed, or err for
+// every one when ds is nil (each call's own err is kept otherwise).
+func (s *Store) finish(calls []*call, ds []Decision, err error) {
+	for i, c := range calls {
+		if ds != nil {
+			c.allowed = ds[i].Allowed
+		} else {
+			c.allowed, c.err = false, err
+		}
+		if c.state.CompareAndSwap(callTaken, callDone) {
+			c.done <- struct{}{}
+		} else {
+			c.recycle() // abandoned: its caller is gone
+		}
+		calls[i] = nil
 	}
 }
 

@@ -122,7 +122,9 @@ func benchPool(b *testing.B, db *pgtest.DB) *pgxpool.Pool {
 	}
 	cfg.MaxConns = 16
 	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-" + db.Schema
-	postgres.ConfigurePool(cfg) // as the gateway does
+	if err := postgres.ConfigurePool(cfg, postgres.Options{Schema: db.Schema}); err != nil { // as the gateway does
+		b.Fatal(err)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)

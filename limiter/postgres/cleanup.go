@@ -52,25 +52,25 @@ func (s *Store) cleanupBatch(ctx context.Context) (deleted int64, elected bool, 
 	return deleted, elected, nil
 }
 
-// runCleanup runs Cleanup every CleanupInterval until ctx is done.
+// runCleanup runs Cleanup every CleanupInterval while the store is ready,
+// until ctx is done.
 func (s *Store) runCleanup(ctx context.Context) {
 	if s.opts.CleanupInterval < 0 {
 		return
 	}
-	t := time.NewTicker(s.opts.CleanupInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	failing := newStateLog(s.log, "cleanup of expired counters")
+	for sleep(ctx, s.opts.CleanupInterval) {
+		if !s.ready() {
+			continue
+		}
+		start := time.Now()
+		n, err := s.Cleanup(ctx)
+		if ctx.Err() != nil {
 			return
-		case <-t.C:
-			start := time.Now()
-			n, err := s.Cleanup(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("cleanup expired counters", zap.Int64("deleted", n), zap.Error(err))
-			} else if n > 0 {
-				s.log.Debug("cleanup expired counters", zap.Int64("deleted", n), zap.Duration("took", time.Since(start)))
-			}
+		}
+		failing.report(err)
+		if err == nil && n > 0 {
+			s.log.Debug("cleanup expired counters", zap.Int64("deleted", n), zap.Duration("took", time.Since(start)))
 		}
 	}
 }

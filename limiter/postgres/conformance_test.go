@@ -1,11 +1,9 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/limiter/storetest"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 )
@@ -15,10 +13,6 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) limiter.Store {
 		db := pgtest.New(t)
-		s, err := postgres.New(context.Background(), db.Pool, postgres.Options{Schema: db.Schema, Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return open(t, db, nil, clock.Now)
 	})
 }

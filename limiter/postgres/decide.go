@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/limiter"
@@ -88,7 +89,10 @@ func (s *Store) Peek(ctx context.Context, c limiter.Check) (limiter.Result, erro
 
 // run sends ds to the database, retrying when decide gave up on counters
 // that other transactions were creating at the same moment (see retryable:
-// the transaction rolled back having changed nothing).
+// the transaction rolled back having changed nothing), and retrying once
+// on a fresh connection when the connection was lost (see
+// connectionLost). A second lost connection trips the breaker: the
+// database is gone, not one connection.
 func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 	b := batchPool.Get().(*batch)
 	defer b.release()
@@ -105,29 +109,55 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 	if !peek {
 		s.nDecisions.Add(uint64(len(ds)))
 	}
+	reconnected := false
 	for attempt := 1; ; attempt++ {
 		if !peek {
 			s.nStatements.Add(1)
 		}
-		err = s.pool.QueryRow(ctx, s.q.decide,
-			s.nowParam(), peek,
-			b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst,
-			b.cDecision, b.cSlot, b.cCost, b.cCountAll, b.cShadow,
-		).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS)
+		err = b.query(ctx, s.pool, s.q.decide, s.nowParam(), peek)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
 		var pgErr *pgconn.PgError
-		if err != nil && attempt < maxAttempts && errors.As(err, &pgErr) && retryable(pgErr.Code) && ctx.Err() == nil {
+		if attempt < maxAttempts && errors.As(err, &pgErr) && retryable(pgErr.Code) {
 			continue
+		}
+		if connectionLost(err) {
+			// Whatever else the pool holds went the same way: drop it, so
+			// that the retry and the decisions after it connect anew.
+			s.dropPool(err)
+			if !reconnected {
+				reconnected = true
+				continue
+			}
+			s.trip(err)
+			return fmt.Errorf("postgres decide: %w", kinded(err))
 		}
 		break
 	}
 	if err != nil {
 		return fmt.Errorf("postgres decide: %w", s.fault(err))
 	}
-	if len(b.allowed) != n || len(b.remaining) != n || len(b.resetUS) != n || len(b.retryUS) != n {
-		return fmt.Errorf("postgres decide: %d results for %d checks", len(b.allowed), n)
-	}
 	b.fill(ds)
 	return nil
+}
+
+// connectionLost reports whether err says the statement's connection or
+// its server is gone, so that nothing was committed and a fresh connection
+// may succeed: pgconn says it is safe to retry (nothing was sent), the
+// connection broke (refused, reset, closed, ended mid-message), or the
+// server is shutting down, starting up or no longer takes writes (then the
+// transaction was rolled back). A deadline is never a lost connection: the
+// statement may still be running.
+func connectionLost(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	switch ErrorKind(err) {
+	case limiter.ErrorConnection, limiter.ErrorReadOnly:
+		return true
+	}
+	return false
 }
 
 // retryable reports whether a decide call that failed with SQLSTATE code
@@ -285,6 +315,29 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 		b.cSlot = append(b.cSlot, b.rank[idx])
 	}
 	return len(b.slot), nil
+}
+
+// querier is what a decide statement runs on: the pool, a connection or a
+// transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// query sends the built batch as the decide statement sql on q and reads
+// the answer into b. now is the clock parameter (nil: the database's).
+func (b *batch) query(ctx context.Context, q querier, sql string, now *int64, peek bool) error {
+	err := q.QueryRow(ctx, sql,
+		now, peek,
+		b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst,
+		b.cDecision, b.cSlot, b.cCost, b.cCountAll, b.cShadow,
+	).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS)
+	if err != nil {
+		return err
+	}
+	if n := len(b.slot); len(b.allowed) != n || len(b.remaining) != n || len(b.resetUS) != n || len(b.retryUS) != n {
+		return fmt.Errorf("%d results for %d checks", len(b.allowed), n)
+	}
+	return nil
 }
 
 // fill turns the database's answer into the decisions' Results.

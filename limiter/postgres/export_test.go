@@ -1,5 +1,18 @@
 package postgres
 
+import "context"
+
 // DecideSQL exposes the decide statement a Store sends, for tests that run
 // it inside a transaction of their own.
 func DecideSQL(s *Store) string { return s.q.decide }
+
+// Poll runs one background poll (see runPoll) and returns the database's
+// clock in µs.
+func Poll(ctx context.Context, s *Store, since int64) (int64, error) { return s.poll(ctx, since) }
+
+// ProbeRule is the rule name of the probes' decisions.
+var ProbeRule = probeRule.Name
+
+// ProbeDecisions is the number of decisions one probe makes on each of
+// its connections.
+const ProbeDecisions = 1 + probeRounds

@@ -54,11 +54,25 @@ func (s *Store) fault(err error) error {
 		return nil
 	}
 	if staleServer(err) {
-		s.pool.Reset()
+		s.dropPool(err)
+	}
+	return kinded(err)
+}
+
+// kinded returns err with its kind attached.
+func kinded(err error) error {
+	return &faultError{kind: ErrorKind(err), err: err}
+}
+
+// dropPool closes every idle pooled connection at once and the busy ones
+// when they are released, after err said they are stale; it logs when err
+// says why (the server read-only or going away), once per error.
+func (s *Store) dropPool(err error) {
+	s.pool.Reset()
+	if staleServer(err) {
 		s.log.Warn("dropped every pooled connection: the server is read-only or shutting down; new connections go to the current primary",
 			zap.String("kind", ErrorKind(err)), zap.Error(err))
 	}
-	return &faultError{kind: ErrorKind(err), err: err}
 }
 
 // ErrorKind classifies an error of pgx as one of the limiter.Error kinds:

@@ -22,8 +22,8 @@ var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // newClock is the conformance suite's settable clock, for Options.Now.
 func newClock(t time.Time) *storetest.Clock { return storetest.NewClock(t) }
 
-// open returns a Store on pool and db's schema; now nil means the database
-// clock.
+// open returns a ready Store on pool and db's schema (New, then Probe);
+// now nil means the database clock.
 func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time, opts ...func(*postgres.Options)) *postgres.Store {
 	t.Helper()
 	if pool == nil {
@@ -33,11 +33,22 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 	for _, f := range opts {
 		f(&o)
 	}
-	s, err := postgres.New(context.Background(), pool, o)
+	s, err := postgres.New(pool, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	// As Run would, probe until the store is ready: on a loaded machine a
+	// probe decision can miss its deadline.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		err := s.Probe(context.Background())
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func fixed(name string, limit int64, window time.Duration) *policy.Rule {

@@ -6,21 +6,19 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 )
 
-// Overrides are cached whole in every instance and refreshed by polling
-// override_epoch, a one-row generation counter that a trigger bumps on
-// every change to the overrides table. Polling was chosen over
-// LISTEN/NOTIFY because LISTEN needs a session of its own, which a
+// Overrides are cached whole in every instance and refreshed when the
+// background poll sees override_epoch move, a one-row generation counter
+// that a trigger bumps on every change to the overrides table. Polling was
+// chosen over LISTEN/NOTIFY because LISTEN needs a session of its own, which a
 // transaction-mode pooler (PgBouncer) does not give, and because
 // notifications sent while an instance is reconnecting or failing over are
 // lost, so a poll would be needed as a fallback anyway. One tiny query per
-// instance every OverrideRefresh is the whole cost; a change is seen by
-// every instance within that interval.
+// instance every PollInterval, shared with the key events, is the whole
+// cost; a change is seen by every instance within that interval.
 
 // ErrInvalidOverride is returned by SetOverride for a limit below 1 or a
 // window below a second.
@@ -49,26 +47,35 @@ func (o *overrideSet) params(r *policy.Rule, key string) limiter.Params {
 }
 
 // SetOverride makes key use limit and window instead of rule's own (see
-// limiter.OverrideParams for burst and bucket). Every instance applies it
-// within its OverrideRefresh; this one at once. The key's counter is kept
-// and read under the new parameters; callers that want a fresh start also
-// call Reset.
+// limiter.OverrideParams for burst and bucket). This instance applies it at
+// once, every other one at its next poll; every instance's Forget hears of
+// it. The key's counter is kept and read under the new parameters; callers
+// that want a fresh start also call Reset.
 func (s *Store) SetOverride(ctx context.Context, rule, key string, limit int64, window time.Duration) error {
 	if limit < 1 || window < time.Second {
 		return ErrInvalidOverride
 	}
-	if _, err := s.pool.Exec(ctx, s.q.overrideSet, rule, key, limit, window.Microseconds()); err != nil {
-		return fmt.Errorf("postgres store: set override of rule %q: %w", rule, err)
-	}
-	return s.RefreshOverrides(ctx)
+	return s.changeOverride(ctx, rule, key, s.q.overrideSet, limit, window.Microseconds())
 }
 
 // DeleteOverride removes key's override under rule, if any.
 func (s *Store) DeleteOverride(ctx context.Context, rule, key string) error {
-	if _, err := s.pool.Exec(ctx, s.q.overrideDel, rule, key); err != nil {
-		return fmt.Errorf("postgres store: delete override of rule %q: %w", rule, err)
+	return s.changeOverride(ctx, rule, key, s.q.overrideDel)
+}
+
+// changeOverride runs the override statement sql, which returns the
+// database's clock after the change, then reloads the overrides and tells
+// Forget.
+func (s *Store) changeOverride(ctx context.Context, rule, key, sql string, args ...any) error {
+	var atUS int64
+	if err := s.pool.QueryRow(ctx, sql, append([]any{rule, key}, args...)...).Scan(&atUS); err != nil {
+		return fmt.Errorf("postgres store: change the override of rule %q: %w", rule, s.fault(err))
 	}
-	return s.RefreshOverrides(ctx)
+	if err := s.RefreshOverrides(ctx); err != nil {
+		return err
+	}
+	s.forget(rule, key, time.UnixMicro(atUS))
+	return nil
 }
 
 // Override returns key's override under rule as this instance currently
@@ -79,7 +86,7 @@ func (s *Store) Override(rule, key string) (limit int64, window time.Duration, o
 }
 
 // RefreshOverrides reloads the override cache if the overrides changed
-// since it was last read. Run calls it every OverrideRefresh.
+// since it was last read. The background poll does it every PollInterval.
 func (s *Store) RefreshOverrides(ctx context.Context) error {
 	var gen int64
 	if err := s.pool.QueryRow(ctx, s.q.overrideEpoch).Scan(&gen); err != nil {
@@ -88,9 +95,14 @@ func (s *Store) RefreshOverrides(ctx context.Context) error {
 	if gen == s.overrides.Load().generation {
 		return nil
 	}
-	// The generation is read before the rows: a change that lands in
-	// between is in the rows already and bumps the generation again, so the
-	// next poll reloads; the cache is never older than its generation.
+	return s.loadOverrides(ctx, gen)
+}
+
+// loadOverrides reads the overrides table into a new cache of generation
+// gen. The generation is read before the rows: a change that lands in
+// between is in the rows already and bumps the generation again, so the
+// next poll reloads; the cache is never older than its generation.
+func (s *Store) loadOverrides(ctx context.Context, gen int64) error {
 	rows, err := s.pool.Query(ctx, s.q.overrideLoad)
 	if err != nil {
 		return fmt.Errorf("load overrides: %w", err)
@@ -117,22 +129,6 @@ func (s *Store) RefreshOverrides(ctx context.Context) error {
 		cur := s.overrides.Load()
 		if cur.generation >= gen || s.overrides.CompareAndSwap(cur, next) {
 			return nil
-		}
-	}
-}
-
-// runOverrides polls for override changes until ctx is done.
-func (s *Store) runOverrides(ctx context.Context) {
-	t := time.NewTicker(s.opts.OverrideRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.RefreshOverrides(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("refresh overrides", zap.Error(err))
-			}
 		}
 	}
 }

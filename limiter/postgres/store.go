@@ -12,6 +12,10 @@
 // goes with the others that arrived meanwhile in the next one, and a
 // decision that finds the store idle goes at once, alone.
 //
+// A Store is ready, and decisions go to the database, only while its
+// breaker is closed; health.go says how a probe makes it ready and how the
+// background work ends readiness when the database goes away.
+//
 // Statements go through the pool's default query exec mode: prepared and
 // cached by pgx unless the connection string says otherwise. Behind
 // PgBouncer in transaction mode, add default_query_exec_mode=exec (or
@@ -26,11 +30,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -46,13 +50,15 @@ var queryFiles embed.FS
 // Defaults for the zero values of Options.
 const (
 	DefaultSchema            = "sluice"
-	DefaultOverrideRefresh   = 2 * time.Second
+	DefaultDecisionTimeout   = 50 * time.Millisecond
+	DefaultPollInterval      = time.Second
 	DefaultCleanupInterval   = time.Minute
 	DefaultCleanupBatch      = 1000
 	DefaultCleanupMaxBatches = 100
 	DefaultCleanupPause      = 20 * time.Millisecond
 	DefaultMaxInFlight       = 1
 	DefaultMaxBatch          = 256
+	DefaultMaxQueued         = 8192
 	DefaultStatementTimeout  = 5 * time.Second
 	DefaultBatchWait         = 2 * time.Millisecond
 )
@@ -64,20 +70,40 @@ const maxAttempts = 5
 // Options configure a Store. The zero value of every field means its
 // default.
 type Options struct {
-	// Schema holds sluice's tables and functions, already migrated
-	// (migrations.Up). Default "sluice".
+	// Schema holds sluice's tables and functions. Default "sluice".
 	Schema string
+	// Migrate makes the store apply the embedded migrations (migrations.Up)
+	// before its first probe succeeds (SLUICE_AUTO_MIGRATE). Otherwise the
+	// store waits, not ready, until someone else has migrated the schema.
+	Migrate bool
 	// Now, when set, replaces the database clock: its value is sent with
 	// every decision and cleanup. It exists for tests, which move time
 	// instead of sleeping; production leaves it nil so that every instance
 	// counts on the one clock of the database.
 	Now func() time.Time
-	// Logger receives the background loops' errors and cleanup totals.
-	// Default: no logging. Keys are never logged.
+	// Logger receives the background work's changes of state and cleanup
+	// totals. Default: no logging. Keys are never logged.
 	Logger *zap.Logger
-	// OverrideRefresh is how often Run polls for override changes.
-	// Default 2s.
-	OverrideRefresh time.Duration
+	// Breaker is the store's circuit breaker and its readiness: Run probes
+	// the database while it is open and closes it once decisions will be
+	// exact (see Probe), and the background work trips it the moment it
+	// sees the database go away. The gateway gives the same breaker to its
+	// limiter. Nil: no breaker; the store is used as it is (tests call
+	// Probe themselves).
+	Breaker *limiter.CircuitBreaker
+	// DecisionTimeout is the deadline of one decision (SLUICE_DB_TIMEOUT):
+	// a probe passes only when its decisions meet it. Default 50ms.
+	DecisionTimeout time.Duration
+	// Forget is called for every key whose counter was reset or whose
+	// override changed, on any instance, with the database's time of the
+	// change; the gateway passes its limiter's Forget, so that an admin
+	// reset clears the over-limit fast path of every instance, but no
+	// denial decided after the reset. Nil: nobody is told.
+	Forget func(rule, key string, at time.Time)
+	// PollInterval is how often Run checks that the database answers and
+	// reads the key events and the overrides' generation, all in one round
+	// trip. Default 1s.
+	PollInterval time.Duration
 	// CleanupInterval is how often Run deletes expired counters. Default
 	// 1m. A negative value turns Run's cleanup off (e.g. when pg_cron does
 	// it).
@@ -108,6 +134,11 @@ type Options struct {
 	MaxInFlight int
 	// MaxBatch bounds the decisions of one batched statement. Default 256.
 	MaxBatch int
+	// MaxQueued bounds the decisions waiting for a statement; a decision
+	// that finds the queue full fails at once (its fail mode applies)
+	// rather than adding to a backlog the database is not keeping up with.
+	// Default 8192.
+	MaxQueued int
 	// BatchWait is how long, at most, a busy batcher lets decisions wait
 	// for company before it sends their statement (see batcher.go); an
 	// idle one never waits. Default 2ms; negative turns gathering off.
@@ -126,8 +157,56 @@ type Options struct {
 	AsynchronousCommit bool
 }
 
+// withDefaults returns o with every zero field set to its default, or an
+// error for an invalid schema name.
+func (o Options) withDefaults() (Options, error) {
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if err := migrations.ValidateSchema(o.Schema); err != nil {
+		return o, fmt.Errorf("postgres store: %w", err)
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.DecisionTimeout <= 0 {
+		o.DecisionTimeout = DefaultDecisionTimeout
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.CleanupInterval == 0 {
+		o.CleanupInterval = DefaultCleanupInterval
+	}
+	if o.CleanupBatch <= 0 {
+		o.CleanupBatch = DefaultCleanupBatch
+	}
+	if o.CleanupMaxBatches <= 0 {
+		o.CleanupMaxBatches = DefaultCleanupMaxBatches
+	}
+	if o.CleanupPause == 0 {
+		o.CleanupPause = DefaultCleanupPause
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
+	if o.StatementTimeout <= 0 {
+		o.StatementTimeout = DefaultStatementTimeout
+	}
+	if o.BatchWait == 0 {
+		o.BatchWait = DefaultBatchWait
+	}
+	return o, nil
+}
+
 // Store is the Postgres limiter.Store. It is safe for simultaneous use by
-// multiple goroutines. Its background work (override refresh, cleanup)
+// multiple goroutines. Its background work (probing, polling, cleanup)
 // runs only inside Run.
 type Store struct {
 	pool       *pgxpool.Pool
@@ -138,81 +217,57 @@ type Store struct {
 	q          queries
 	overrides  atomic.Pointer[overrideSet]
 	batch      *batcher // nil when Options.Unbatched
+	breaker    *limiter.CircuitBreaker
+	forget     func(rule, key string, at time.Time)
+
+	setUp  atomic.Bool // the schema was found migrated and the overrides read
+	probes atomic.Uint64
 
 	nDecisions, nStatements atomic.Uint64
 }
 
 // queries are the statements of queryFiles, written for the Store's schema.
 type queries struct {
-	decide, cleanupLock, cleanup, reset                   string
-	overrideEpoch, overrideLoad, overrideSet, overrideDel string
+	decide, cleanupLock, cleanup, reset, poll, prune                     string
+	overrideEpoch, overrideLoad, overrideSet, overrideDel, schemaVersion string
 }
 
-// New returns a Store on pool and schema. It reads the overrides once, which
-// also proves that the schema is migrated; it starts nothing in the
-// background (see Run).
-func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+// New returns a Store on pool and opts.Schema. It touches nothing: the
+// database may be down or unmigrated. With a Breaker, Run makes the store
+// ready (see Probe); without one, call Probe before the first decision.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres store: nil pool")
 	}
-	if opts.Schema == "" {
-		opts.Schema = DefaultSchema
-	}
-	if err := migrations.ValidateSchema(opts.Schema); err != nil {
-		return nil, fmt.Errorf("postgres store: %w", err)
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.OverrideRefresh <= 0 {
-		opts.OverrideRefresh = DefaultOverrideRefresh
-	}
-	if opts.CleanupInterval == 0 {
-		opts.CleanupInterval = DefaultCleanupInterval
-	}
-	if opts.CleanupBatch <= 0 {
-		opts.CleanupBatch = DefaultCleanupBatch
-	}
-	if opts.CleanupMaxBatches <= 0 {
-		opts.CleanupMaxBatches = DefaultCleanupMaxBatches
-	}
-	if opts.CleanupPause == 0 {
-		opts.CleanupPause = DefaultCleanupPause
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	opts.MaxInFlight = min(opts.MaxInFlight, int(pool.Config().MaxConns))
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = DefaultMaxBatch
-	}
-	if opts.StatementTimeout <= 0 {
-		opts.StatementTimeout = DefaultStatementTimeout
-	}
-	if opts.BatchWait == 0 {
-		opts.BatchWait = DefaultBatchWait
-	}
 	s := &Store{
 		pool:       pool,
 		opts:       opts,
 		log:        opts.Logger.Named("postgres"),
 		schema:     opts.Schema,
 		cleanupKey: migrations.AdvisoryLockKey("cleanup", opts.Schema),
+		q:          loadQueries(opts.Schema, opts.AsynchronousCommit),
+		breaker:    opts.Breaker,
+		forget:     opts.Forget,
+	}
+	if s.forget == nil {
+		s.forget = func(string, string, time.Time) {}
 	}
 	s.overrides.Store(&overrideSet{generation: -1})
 	if !opts.Unbatched {
-		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch, opts.BatchWait)
+		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch, opts.MaxQueued, opts.BatchWait)
 	}
-	quoted := pgx.Identifier{opts.Schema}.Sanitize()
-	load := func(name string) string {
-		b, err := queryFiles.ReadFile("sql/" + name + ".sql")
-		if err != nil {
-			panic(err) // embedded: cannot happen
-		}
-		return strings.ReplaceAll(string(b), migrations.Placeholder, quoted)
-	}
-	decide := load("decide")
-	if opts.AsynchronousCommit {
+	return s, nil
+}
+
+// loadQueries returns the statements of queryFiles written for schema.
+func loadQueries(schema string, asyncCommit bool) queries {
+	decide := loadQuery(schema, "decide")
+	if asyncCommit {
 		// synchronous_commit off for the decision's transaction only:
 		// set_config(…, true) is SET LOCAL, so it lasts until the
 		// statement's implicit transaction commits, travels with the
@@ -221,60 +276,58 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		// (once per returned row, harmlessly).
 		decide += "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL\n"
 	}
-	s.q = queries{
+	return queries{
 		decide:        decide,
-		cleanupLock:   load("cleanup_lock"),
-		cleanup:       load("cleanup"),
-		reset:         load("reset"),
-		overrideEpoch: load("override_epoch"),
-		overrideLoad:  load("override_load"),
-		overrideSet:   load("override_set"),
-		overrideDel:   load("override_delete"),
+		cleanupLock:   loadQuery(schema, "cleanup_lock"),
+		cleanup:       loadQuery(schema, "cleanup"),
+		reset:         loadQuery(schema, "reset"),
+		poll:          loadQuery(schema, "poll"),
+		prune:         loadQuery(schema, "key_events_prune"),
+		overrideEpoch: loadQuery(schema, "override_epoch"),
+		overrideLoad:  loadQuery(schema, "override_load"),
+		overrideSet:   loadQuery(schema, "override_set"),
+		overrideDel:   loadQuery(schema, "override_delete"),
+		schemaVersion: loadQuery(schema, "schema_version"),
 	}
-	if err := s.RefreshOverrides(ctx); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-			return nil, fmt.Errorf("postgres store: schema %q is not migrated (run ./sluice migrate): %w", opts.Schema, err)
-		}
-		return nil, fmt.Errorf("postgres store: %w", err)
-	}
-	return s, nil
 }
 
-// Ping reports whether the store can read its schema: the database is
-// reachable and sluice's tables are there and readable. It backs /readyz.
-func (s *Store) Ping(ctx context.Context) error {
-	var gen int64
-	if err := s.pool.QueryRow(ctx, s.q.overrideEpoch).Scan(&gen); err != nil {
-		return fmt.Errorf("postgres store ping: %w", s.fault(err))
+// loadQuery returns the embedded statement name, written for schema.
+func loadQuery(schema, name string) string {
+	b, err := queryFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(err) // embedded: cannot happen
 	}
-	return nil
+	return strings.ReplaceAll(string(b), migrations.Placeholder, pgx.Identifier{schema}.Sanitize())
 }
 
 // Reset forgets the counter of key under rule: its next request starts
-// from a full limit. Other instances see it at their next decision (their
-// over-limit caches are the caller's concern).
+// from a full limit. Every instance's Forget hears of it (this one's at
+// once), with the reset's time on the database clock.
 func (s *Store) Reset(ctx context.Context, rule, key string) error {
-	if _, err := s.pool.Exec(ctx, s.q.reset, rule, key); err != nil {
-		return fmt.Errorf("postgres store: reset rule %q: %w", rule, err)
+	var atUS int64
+	if err := s.pool.QueryRow(ctx, s.q.reset, rule, key).Scan(&atUS); err != nil {
+		return fmt.Errorf("postgres store: reset rule %q: %w", rule, s.fault(err))
 	}
+	s.forget(rule, key, time.UnixMicro(atUS))
 	return nil
 }
 
-// Run does the Store's background work until ctx is cancelled: it polls
-// for override changes every OverrideRefresh and deletes expired counters
-// every CleanupInterval. Errors are logged and retried at the next tick,
-// never returned; Run returns nil once ctx is done and its work has
-// stopped.
-func (s *Store) Run(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.runCleanup(ctx)
-	}()
-	s.runOverrides(ctx)
-	<-done
-	return nil
+// Run does the Store's background work until ctx is cancelled: it probes
+// the database while the Breaker is open (see Probe); while it is closed,
+// it polls every PollInterval (see poll: the heartbeat that trips the
+// breaker when the database goes away, key events and override changes)
+// and deletes expired counters every CleanupInterval. When the breaker
+// opens, statements in flight are abandoned and the pool's connections
+// dropped. Errors are logged on changes of state, never returned.
+func (s *Store) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if s.breaker != nil {
+		wg.Go(func() { s.breaker.Run(ctx, s.Probe) })
+		wg.Go(func() { s.watchBreaker(ctx) })
+	}
+	wg.Go(func() { s.runPoll(ctx) })
+	wg.Go(func() { s.runCleanup(ctx) })
+	wg.Wait()
 }
 
 // sleep waits for d or until ctx is done, and reports whether it waited.

@@ -565,38 +565,33 @@ func TestExecModes(t *testing.T) {
 			if _, err := s.Cleanup(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Ping(ctx); err != nil {
+			if err := s.Reset(ctx, rules[1].Name, `k"{},\ é`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := postgres.Poll(ctx, s, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Probe(ctx); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
 }
 
-// TestNewUnmigrated: New on a schema without sluice's tables says so.
-func TestNewUnmigrated(t *testing.T) {
+// TestProbeUnmigrated: a probe on a schema without sluice's tables says
+// so and names the command to run; New refuses an invalid schema name.
+func TestProbeUnmigrated(t *testing.T) {
 	db := pgtest.New(t)
-	_, err := postgres.New(context.Background(), db.Pool, postgres.Options{Schema: "no_such_schema_here"})
-	if err == nil {
-		t.Fatal("New accepted a schema that is not migrated")
+	s, err := postgres.New(db.Pool, postgres.Options{Schema: "no_such_schema_here"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := postgres.New(context.Background(), db.Pool, postgres.Options{Schema: "Bad"}); err == nil {
+	err = s.Probe(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "not migrated (run sluice migrate") {
+		t.Fatalf("Probe on a schema that is not migrated: %v", err)
+	}
+	if _, err := postgres.New(db.Pool, postgres.Options{Schema: "Bad"}); err == nil {
 		t.Fatal("New accepted an invalid schema name")
-	}
-}
-
-// TestPing fails once the tables are gone.
-func TestPing(t *testing.T) {
-	db := pgtest.New(t)
-	s := open(t, db, nil, nil)
-	ctx := context.Background()
-	if err := s.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, "DROP TABLE "+pgx.Identifier{db.Schema, "override_epoch"}.Sanitize()+" CASCADE"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Ping(ctx); err == nil {
-		t.Fatal("Ping succeeded without the schema's tables")
 	}
 }
 

@@ -1,0 +1,11 @@
+package limiter
+
+// StartProbe and EndProbe let the external tests step a breaker through a
+// probe at fixed instants of its clock, as Run does in real time.
+func StartProbe(b *CircuitBreaker) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.setState(BreakerHalfOpen)
+}
+
+func EndProbe(b *CircuitBreaker, err error) { b.probed(err) }

@@ -1,0 +1,297 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Readiness: a store is ready when its breaker is closed, and only a probe
+// closes it (limiter.CircuitBreaker). The probe is what makes "ready"
+// mean "exact": the first decisions after a start or an outage are the
+// ones a cold or broken pool fails, and a failed decision applies its
+// rule's fail mode, which lets requests through. So before the breaker
+// closes, the probe makes the schema usable (migrated when the store may
+// migrate, its version checked, the overrides read) and makes the pool
+// warm: connections made, each with the decision statement prepared and
+// the decide function compiled and planned in its server process, and
+// each answering a real decision within the decision deadline. Until then
+// decisions apply their fail modes at once and never wait on the database.
+//
+// An outage ends readiness the moment the store sees it: the breaker
+// opens on failed decisions, and the background poll trips it when the
+// database stops answering, even on an idle instance. When it opens, every
+// statement in flight is abandoned and every pooled connection dropped:
+// connections from before an outage are suspect (a restarted server closed
+// them, a failed-over primary no longer takes writes), and a statement
+// stuck on a dead connection must not hold the batcher after the database
+// is back.
+
+// setupTimeout bounds the schema work of one probe (migrations, version,
+// overrides); warmTimeout bounds making and warming its connections.
+const (
+	setupTimeout = time.Minute
+	warmTimeout  = 10 * time.Second
+)
+
+// coldTimeout bounds the first decision on a connection, which may have to
+// compile and plan the decide function.
+const coldTimeout = time.Second
+
+// probeRounds is how many decisions in a row each warm connection must
+// make within the decision deadline for a probe to pass: one could be
+// luck, right after an outage, while the server works through its backlog.
+const probeRounds = 2
+
+// probeRule and probeKey name the counter that probes and warm-ups decide
+// on, inside a transaction that is rolled back: the whole write path runs
+// (locks, inserts, a read-only server's refusal) and nothing stays. No
+// configured rule can have the name: rule names are [a-z0-9-]+.
+var probeRule = &policy.Rule{Name: "_sluice_probe", Algorithm: policy.Fixed, Limit: 1 << 40, Window: time.Hour, Cost: 1}
+
+const probeKey = "probe"
+
+// Probe makes the store ready and proves it: it sets the schema up once
+// (see Options.Migrate; a schema that is not migrated far enough is an
+// error naming the command to run), then makes sure the pool holds its
+// warm connections (pgxpool's MinConns, and at least MaxInFlight+1) and
+// that each makes probeRounds decisions in a row within DecisionTimeout.
+// It fails while a statement from before is still in flight. Run calls it
+// while the Breaker is open; without a Breaker, call it before the first
+// decision. It consumes nothing.
+func (s *Store) Probe(ctx context.Context) error {
+	s.probes.Add(1)
+	if !s.setUp.Load() {
+		if err := s.setup(ctx); err != nil {
+			return err
+		}
+	}
+	if b := s.batch; b != nil {
+		if st := s.BatchStats(); st.InFlight > 0 {
+			return fmt.Errorf("postgres store probe: %d decide statements from before are still in flight", st.InFlight)
+		}
+	}
+	return s.warm(ctx)
+}
+
+// setup applies the migrations when the store may, checks the schema's
+// version and reads the overrides.
+func (s *Store) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	if s.opts.Migrate {
+		n, err := migrations.Up(ctx, s.pool, s.schema)
+		if err != nil {
+			return fmt.Errorf("postgres store: %w", s.fault(err))
+		}
+		if n > 0 {
+			s.log.Info("migrated the schema", zap.String("schema", s.schema), zap.Int("applied", n))
+		}
+	}
+	var version int
+	if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&version); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined_table, invalid_schema_name
+			return fmt.Errorf("postgres store: schema %q is not migrated (run sluice migrate, or leave SLUICE_AUTO_MIGRATE on): %w", s.schema, s.fault(err))
+		}
+		return fmt.Errorf("postgres store: read the schema's version: %w", s.fault(err))
+	}
+	if want := migrations.Latest(); version < want {
+		return &faultError{kind: limiter.ErrorUndefinedTable, err: fmt.Errorf(
+			"postgres store: schema %q is at migration %d, this sluice needs %d: run sluice migrate", s.schema, version, want)}
+	}
+	if err := s.RefreshOverrides(ctx); err != nil {
+		return fmt.Errorf("postgres store: %w", s.fault(err))
+	}
+	s.setUp.Store(true)
+	return nil
+}
+
+// warm acquires the pool's warm connections at once (making the missing
+// ones, each warmed by ConfigurePool's AfterConnect when the pool has it)
+// and has each make a first decision, then probeRounds probe decisions in
+// a row, each within DecisionTimeout.
+func (s *Store) warm(ctx context.Context) error {
+	n := max(int(s.pool.Config().MinConns), s.opts.MaxInFlight+1)
+	n = min(n, int(s.pool.Config().MaxConns))
+	actx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := s.pool.Acquire(actx)
+		if err != nil {
+			return fmt.Errorf("postgres store probe: connect: %w", s.fault(err))
+		}
+		conns = append(conns, c)
+	}
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			// The first decision of a server process compiles and plans the
+			// decide function, tens of milliseconds (unless the connection's
+			// AfterConnect did it already): it gets longer than a decision.
+			if errs[i] = probeConn(actx, c.Conn(), s.q.decide, coldTimeout); errs[i] != nil {
+				return
+			}
+			for range probeRounds {
+				if errs[i] = probeConn(actx, c.Conn(), s.q.decide, s.opts.DecisionTimeout); errs[i] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("postgres store probe: %w", s.fault(err))
+	}
+	return nil
+}
+
+// probeConn makes one decision of probeRule on conn with the decide
+// statement, within timeout, inside a transaction that it rolls back.
+func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.Duration) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a failed rollback closes the connection
+	b := batchPool.Get().(*batch)
+	defer b.release()
+	var res [1]limiter.Result
+	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
+	if _, err := b.build(d[:], emptyOverrides); err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := b.query(dctx, tx, decide, nil, false); err != nil {
+		if dctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("a probe decision took longer than the %v deadline: %w", timeout, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// emptyOverrides is the override set of probes: none.
+var emptyOverrides = &overrideSet{generation: -1}
+
+// watchBreaker abandons the statements in flight and drops the pool's
+// connections whenever the breaker opens, until ctx is done.
+func (s *Store) watchBreaker(ctx context.Context) {
+	for {
+		changed := s.breaker.Changed()
+		if s.breaker.State() == limiter.BreakerOpen {
+			s.abort()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// abort abandons every decide statement in flight (their connections are
+// closed) and drops every idle pooled connection; busy ones are dropped
+// when released. Decisions still queued fail at once (see drain).
+func (s *Store) abort() {
+	if s.batch != nil {
+		s.batch.abort()
+	}
+	s.pool.Reset()
+}
+
+// ready reports whether decisions may go to the database: always without
+// a breaker.
+func (s *Store) ready() bool {
+	return s.breaker == nil || s.breaker.Ready()
+}
+
+// trip tells the breaker that the background work saw err.
+func (s *Store) trip(err error) {
+	if s.breaker != nil {
+		s.breaker.Trip(err)
+	}
+}
+
+// ConfigurePool adapts cfg to a Store with opts before the pool is made:
+//
+//   - MinConns, unless the connection string set pool_min_conns, becomes
+//     MaxInFlight+1 (within MaxConns): the batcher's connections and one
+//     for the background work and the admin API stay open and warm while
+//     the gateway is idle, and a probe makes them before the store is
+//     ready.
+//   - Every new connection is warmed before the pool hands it out: it
+//     first runs sql/warm_backend.sql, which stops the server process from
+//     handing freed memory back to the kernel after every transaction (see
+//     the file), then one probe decision in a rolled-back transaction,
+//     which prepares the decide statement on the connection and compiles
+//     and plans the decide function in its server process. A connection
+//     made before the schema is migrated skips the decision. An
+//     AfterConnect already in cfg runs after that.
+func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	if cfg.MinConns == 0 {
+		cfg.MinConns = int32(min(opts.MaxInFlight+1, int(cfg.MaxConns)))
+	}
+	decide := loadQueries(opts.Schema, opts.AsynchronousCommit).decide
+	next := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		// Simple protocol: a statement run once is not worth preparing.
+		if _, err := c.Exec(ctx, warmBackendSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("postgres store: set up connection: %w", err)
+		}
+		// The connection's own deadline is the caller's, not a decision's.
+		if err := probeConn(ctx, c, decide, warmTimeout); err != nil && !notMigrated(err) {
+			return fmt.Errorf("postgres store: warm connection: %w", err)
+		}
+		if next != nil {
+			return next(ctx, c)
+		}
+		return nil
+	}
+	return nil
+}
+
+// notMigrated reports whether err says sluice's schema objects are not
+// there (yet).
+func notMigrated(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42P01", "42883", "3F000": // undefined_table, undefined_function, invalid_schema_name
+		return true
+	}
+	return false
+}
+
+var warmBackendSQL = func() string {
+	b, err := queryFiles.ReadFile("sql/warm_backend.sql")
+	if err != nil {
+		panic(err) // embedded: cannot happen
+	}
+	return string(b)
+}()
