@@ -5,15 +5,18 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,10 +30,16 @@ import (
 // Nothing they do reaches the shared server of New.
 //
 // Postgres refuses to run as root. When the tests run as root (as in CI
-// containers), the servers and PgBouncer run as the unprivileged user
-// ClusterUser, created with useradd if missing, through runuser.
+// containers), the servers, their tools and PgBouncer run as the
+// unprivileged user ClusterUser, created with useradd if missing.
 //
-// A missing program (initdb, pg_ctl, pg_basebackup, pgbouncer, runuser)
+// Servers and PgBouncer are children of the test process, started with a
+// parent-death signal: a test binary that is killed (a timeout, ^C, kill
+// -9) takes its servers with it instead of leaving them running, and the
+// directories such a binary leaves behind are removed by the next
+// NewCluster.
+//
+// A missing program (initdb, postgres, pg_ctl, pg_basebackup, pgbouncer)
 // skips the test with a message saying what to install; when the CI
 // environment variable is set, it fails the test instead, so that a CI
 // machine without them can never pass for a green run. .ci/run installs
@@ -74,8 +83,6 @@ func toolPath(name string) (string, error) {
 	install := "PostgreSQL's server programs (Debian: apt-get install postgresql)"
 	if name == "pgbouncer" {
 		install = "PgBouncer (Debian: apt-get install pgbouncer)"
-	} else if name == "runuser" {
-		install = "util-linux's runuser"
 	}
 	return "", fmt.Errorf("%s not found; install %s, or run .ci/run, which installs it", name, install)
 }
@@ -111,10 +118,15 @@ type Cluster struct {
 	// sockets; removed when the test ends.
 	Dir string
 
-	data   string
-	as     []string // runuser prefix, or nil
-	pgCtl  string
-	logged string // server log
+	data     string
+	cred     *syscall.Credential // the user that runs the server; nil: this process's
+	postgres string
+	pgCtl    string
+	logged   string // server log
+
+	mu     sync.Mutex
+	server *exec.Cmd     // the running postmaster, or nil
+	exited chan struct{} // closed when it has exited
 }
 
 // NewCluster creates a cluster with initdb (trust authentication for user
@@ -148,31 +160,57 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	return c
 }
 
+// ownerFile names the file in a cluster's directory that holds the process
+// id of the test binary that made it.
+const ownerFile = "owner.pid"
+
 // newCluster makes the directory of a cluster owned by the user that will
 // run it, and registers the cluster's stop and removal.
 func newCluster(t testing.TB) *Cluster {
 	t.Helper()
-	c := &Cluster{pgCtl: Tool(t, "pg_ctl"), Port: freePort(t)}
+	removeOrphans()
+	c := &Cluster{postgres: Tool(t, "postgres"), pgCtl: Tool(t, "pg_ctl"), Port: freePort(t)}
 	if os.Geteuid() == 0 {
-		c.as = []string{Tool(t, "runuser"), "-u", ClusterUser, "--"}
+		uid, gid := clusterUser(t)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	dir, err := os.MkdirTemp("", "sluice-pg-")
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	c.Dir, c.data, c.logged = dir, filepath.Join(dir, "data"), filepath.Join(dir, "server.log")
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
 	t.Cleanup(func() {
 		// Immediate: the test is over, nothing needs to be kept.
-		c.run(c.pgCtl, "-D", c.data, "-m", "immediate", "-w", "stop") //nolint:errcheck // may be stopped already
+		c.signal(syscall.SIGQUIT)
+		c.waitExit(30 * time.Second)
 		os.RemoveAll(dir)
 	})
-	if c.as != nil {
-		uid, gid := clusterUser(t)
-		if err := os.Chown(dir, uid, gid); err != nil {
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
 	return c
+}
+
+// removeOrphans removes the directories of clusters whose test binary is
+// gone (killed before its cleanup ran). Their servers died with it.
+func removeOrphans() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "sluice-pg-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue // being made, or not ours
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil || errors.Is(syscall.Kill(pid, 0), syscall.EPERM) {
+			continue
+		}
+		os.RemoveAll(d)
+	}
 }
 
 // clusterUser returns the ids of ClusterUser, creating the user if missing.
@@ -224,10 +262,37 @@ func (c *Cluster) run(prog string, args ...string) ([]byte, error) {
 // Command returns a command that runs prog with args as the cluster's
 // operating-system user, in Dir.
 func (c *Cluster) Command(prog string, args ...string) *exec.Cmd {
-	argv := append(append(slices.Clone(c.as), prog), args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(prog, args...)
 	cmd.Dir = c.Dir
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
 	return cmd
+}
+
+// startChild starts cmd as a child that dies with this process: its
+// parent-death signal is sig. Linux sends that signal when the thread that
+// started the child ends, so the child is started from a goroutine that
+// keeps its thread until the child has exited; exited is closed then.
+func startChild(cmd *exec.Cmd, sig syscall.Signal) (exited chan struct{}, err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = sig
+	cmd.SysProcAttr.Setpgid = true
+	started := make(chan error, 1)
+	exited = make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		defer close(exited)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		cmd.Wait() //nolint:errcheck // the exit is what is waited for
+	}()
+	return exited, <-started
 }
 
 // URL is the connection string of the server's postgres database as the
@@ -240,8 +305,35 @@ func (c *Cluster) URL() string {
 // standby: until it is ready for read-only ones).
 func (c *Cluster) Start(t testing.TB) {
 	t.Helper()
-	if out, err := c.run(c.pgCtl, "-D", c.data, "-l", c.logged, "-w", "-t", "60", "start"); err != nil {
-		t.Fatalf("pgtest: start cluster on port %d: %v\n%s\n%s", c.Port, err, out, c.Log())
+	logf, err := os.OpenFile(c.logged, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer logf.Close()
+	cmd := c.Command(c.postgres, "-D", c.data)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	exited, err := startChild(cmd, syscall.SIGQUIT) // SIGQUIT: immediate shutdown
+	if err != nil {
+		t.Fatalf("pgtest: start cluster on port %d: %v", c.Port, err)
+	}
+	c.mu.Lock()
+	c.server, c.exited = cmd, exited
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		conn, err := c.Connect(ctx)
+		if err == nil {
+			conn.Close(ctx)
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("pgtest: the server on port %d exited: %v\n%s", c.Port, err, c.Log())
+		case <-ctx.Done():
+			t.Fatalf("pgtest: the server on port %d does not accept connections: %v\n%s", c.Port, err, c.Log())
+		case <-time.After(20 * time.Millisecond): // start-up is an external event: poll it
+		}
 	}
 }
 
@@ -249,8 +341,113 @@ func (c *Cluster) Start(t testing.TB) {
 // clients see SQLSTATE 57P01), the server is down when Stop returns.
 func (c *Cluster) Stop(t testing.TB) {
 	t.Helper()
-	if out, err := c.run(c.pgCtl, "-D", c.data, "-m", "fast", "-w", "-t", "60", "stop"); err != nil {
-		t.Fatalf("pgtest: stop cluster on port %d: %v\n%s", c.Port, err, out)
+	c.signal(syscall.SIGINT) // fast shutdown
+	if !c.waitExit(60 * time.Second) {
+		t.Fatalf("pgtest: the server on port %d did not stop within 60s\n%s", c.Port, c.Log())
+	}
+}
+
+// Kill kills the server and every process of it with SIGKILL, as a crash
+// of its machine would; Start then runs crash recovery.
+func (c *Cluster) Kill(t testing.TB) {
+	t.Helper()
+	c.signalAll(t, syscall.SIGKILL)
+	if !c.waitExit(60 * time.Second) {
+		t.Fatalf("pgtest: the server on port %d did not die", c.Port)
+	}
+	// Its backends notice that the postmaster is gone and exit; wait for
+	// them, so that nothing holds the port or the shared memory.
+	for deadline := time.Now().Add(30 * time.Second); len(c.processes()) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("pgtest: processes of the killed server on port %d remain", c.Port)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Pause stops every process of the server with SIGSTOP: connections stay
+// open and nothing answers, as on a stalled machine. Resume continues
+// them.
+func (c *Cluster) Pause(t testing.TB) {
+	t.Helper()
+	c.signalAll(t, syscall.SIGSTOP)
+}
+
+// Resume continues a paused server.
+func (c *Cluster) Resume(t testing.TB) {
+	t.Helper()
+	c.signalAll(t, syscall.SIGCONT)
+}
+
+// signal sends sig to the postmaster, if it runs.
+func (c *Cluster) signal(sig syscall.Signal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.server != nil && c.server.Process != nil {
+		c.server.Process.Signal(sig) //nolint:errcheck // it may have exited
+	}
+}
+
+// signalAll sends sig to the postmaster and to every process it started.
+func (c *Cluster) signalAll(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	for _, pid := range c.processes() {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Fatalf("pgtest: signal %v to %d: %v", sig, pid, err)
+		}
+	}
+}
+
+// processes returns the postmaster's pid (if it runs) followed by those of
+// its children.
+func (c *Cluster) processes() []int {
+	c.mu.Lock()
+	server, exited := c.server, c.exited
+	c.mu.Unlock()
+	if server == nil || server.Process == nil {
+		return nil
+	}
+	pm := server.Process.Pid
+	var pids []int
+	select {
+	case <-exited:
+	default:
+		pids = append(pids, pm)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command, which is in parentheses and may
+		// hold spaces: state, then the parent's pid.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pm) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitExit waits up to d for the postmaster to exit and reports whether it
+// has (or was not running).
+func (c *Cluster) waitExit(d time.Duration) bool {
+	c.mu.Lock()
+	exited := c.exited
+	c.mu.Unlock()
+	if exited == nil {
+		return true
+	}
+	select {
+	case <-exited:
+		return true
+	case <-time.After(d):
+		return false
 	}
 }
 
@@ -383,20 +580,16 @@ func (c *Cluster) NewPgBouncer(t testing.TB, settings map[string]string) *PgBoun
 	cmd := c.Command(prog, path)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	// Its own process group, so that stopping it reaches PgBouncer through
-	// runuser.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	exited, err := startChild(cmd, syscall.SIGTERM)
+	if err != nil {
 		t.Fatalf("pgtest: start pgbouncer: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) //nolint:errcheck // may have exited
+		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // may have exited
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck
+			cmd.Process.Kill() //nolint:errcheck
 			<-exited
 		}
 	})
@@ -408,9 +601,9 @@ func (c *Cluster) NewPgBouncer(t testing.TB, settings map[string]string) *PgBoun
 			return b
 		}
 		select {
-		case err := <-exited:
+		case <-exited:
 			logged, _ := os.ReadFile(b.log)
-			t.Fatalf("pgtest: pgbouncer exited: %v\n%s\n%s", err, out.String(), logged)
+			t.Fatalf("pgtest: pgbouncer exited: %v\n%s\n%s", cmd.ProcessState, out.String(), logged)
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -3,9 +3,16 @@
 package pgtest
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB that records Fatalf and Skipf instead of
@@ -38,5 +45,66 @@ func TestToolMissing(t *testing.T) {
 func TestToolFound(t *testing.T) {
 	if p := Tool(t, "sh"); !strings.HasSuffix(p, "/sh") {
 		t.Errorf("Tool(sh) = %q", p)
+	}
+}
+
+// TestKilledBinaryLeavesNoServer: a test binary killed with SIGKILL in the
+// middle of a test (no cleanup runs) takes its private server with it, and
+// the next NewCluster removes the directory it left.
+func TestKilledBinaryLeavesNoServer(t *testing.T) {
+	if os.Getenv("PGTEST_KILLED_CHILD") == "1" {
+		c := NewCluster(t, ClusterOptions{})
+		fmt.Printf("cluster %d %s\n", c.Port, c.Dir)
+		time.Sleep(time.Minute) // killed long before
+		return
+	}
+	Tool(t, "initdb")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledBinaryLeavesNoServer$", "-test.v")
+	cmd.Env = append(os.Environ(), "PGTEST_KILLED_CHILD=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		port int
+		dir  string
+	)
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if n, _ := fmt.Sscanf(sc.Text(), "cluster %d %s", &port, &dir); n == 2 {
+			break
+		}
+	}
+	if port == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the child made no cluster")
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if c, err := net.Dial("tcp", addr); err != nil {
+		t.Fatalf("the child's server does not listen: %v", err)
+	} else {
+		c.Close()
+	}
+	cmd.Process.Kill()
+	cmd.Wait() //nolint:errcheck // killed
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the server of a killed test binary still listens on %s 10s later", addr)
+		}
+		time.Sleep(20 * time.Millisecond) // the server's exit is an external event: poll it
+	}
+	removeOrphans()
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the killed binary's directory %s is still there: %v", dir, err)
 	}
 }
