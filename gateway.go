@@ -51,6 +51,7 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 	g := &gateway{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildInfoCollector())
 
 	hashKey := []byte(cfg.HashKey)
 	if cfg.hashKeyDerived {
