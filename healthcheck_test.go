@@ -58,7 +58,7 @@ func TestHealthcheck(t *testing.T) {
 // them under the same names and with the same defaults as the gateway.
 func TestSubcommandSettings(t *testing.T) {
 	full := reflect.TypeFor[settings]()
-	for _, sub := range []reflect.Type{reflect.TypeFor[healthcheckSettings]()} {
+	for _, sub := range []reflect.Type{reflect.TypeFor[healthcheckSettings](), reflect.TypeFor[migrateSettings]()} {
 		for i := range sub.NumField() {
 			f := sub.Field(i)
 			g, ok := full.FieldByName(f.Name)
