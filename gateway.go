@@ -100,6 +100,7 @@ func newGateway(ctx context.Context, cfg *config, log *zap.Logger) (*gateway, er
 		}
 		store, pinger, keys = pg, pg, pg
 		reg.MustRegister(pg.Collectors()...)
+		reg.MustRegister(postgres.NewPoolCollector(pool))
 		g.runners = append(g.runners, func(ctx context.Context) {
 			if err := pg.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("store background work stopped", zap.Error(err))
