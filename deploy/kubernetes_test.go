@@ -345,6 +345,7 @@ func checkKubernetes(t *testing.T, m manifests, replicas int, image string) {
 			t.Errorf("%s does not come from a Secret", k)
 		}
 	}
+	checkSecretsDocumented(t, fromSecret)
 	var configEnv map[string]string
 	for _, ef := range c.EnvFrom {
 		if ef.ConfigMapRef != nil {
@@ -436,6 +437,7 @@ func checkKubernetes(t *testing.T, m manifests, replicas int, image string) {
 			t.Errorf("migration Job: %s not from a Secret", e.Name)
 		}
 	}
+	checkSecretsDocumented(t, map[string]string{"migration Job's SLUICE_DATABASE_URL": jobURL})
 	if jobURL == "" || jobURL == fromSecret["SLUICE_DATABASE_URL"] {
 		t.Errorf("migration Job's database URL %q: want the owner role's, from a Secret of its own (the gateway's is %q)", jobURL, fromSecret["SLUICE_DATABASE_URL"])
 	}
@@ -604,4 +606,28 @@ func selects(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// checkSecretsDocumented checks that the README tells how to create every
+// Secret key the manifests refer to (name/key by what uses it): the
+// Secrets themselves are never committed.
+func checkSecretsDocumented(t *testing.T, refs map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for what, ref := range refs {
+		name, key, _ := strings.Cut(ref, "/")
+		i := strings.Index(readme, "kubectl -n sluice create secret generic "+name+" ")
+		if i < 0 {
+			t.Errorf("%s comes from Secret %s, which the README does not say how to create", what, name)
+			continue
+		}
+		command, _, _ := strings.Cut(readme[i:], "\nkubectl")
+		if !strings.Contains(command, "--from-literal="+key+"=") {
+			t.Errorf("%s comes from key %s of Secret %s, which the README's command does not create", what, key, name)
+		}
+	}
 }
