@@ -92,7 +92,7 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		breaker:    breaker,
 		pool:       pool,
 		run:        pg.Run,
-		collectors: pg.Collectors(),
+		collectors: append(pg.Collectors(), postgres.NewPoolCollector(pool)),
 		close:      pool.Close,
 		desc:       []zap.Field{zap.String("store", "postgres"), zap.String("schema", cfg.DBSchema)},
 	}, nil

@@ -44,6 +44,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 	g := &gateway{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildInfoCollector())
 
 	hashKey := []byte(cfg.HashKey)
 	if cfg.hashKeyDerived {

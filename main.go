@@ -5,6 +5,8 @@
 //	sluice               run the gateway
 //	sluice migrate       apply the database migrations and exit
 //	sluice check-config  validate the settings and rules, print the rules
+//	sluice version       print the version, the commit and the Go version
+//	sluice healthcheck   probe the admin listener's /healthz, exit 0 or 1
 package main
 
 import (
@@ -41,7 +43,15 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 		return fmt.Errorf("%s takes no arguments, got %q", cmd, strings.Join(args[1:], " "))
 	}
 	switch cmd {
-	case "serve", "check-config", "migrate":
+	case "serve", "check-config":
+	case "migrate":
+		// Needs only the database and the schema: a migration job has
+		// nothing else of the gateway's configuration.
+		return migrateCmd(ctx, env, stdout)
+	case "version", "--version", "-version":
+		return printVersion(stdout)
+	case "healthcheck":
+		return healthcheck(ctx, env, stdout)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -56,8 +66,6 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 	switch cmd {
 	case "check-config":
 		return checkConfig(cfg, stdout)
-	case "migrate":
-		return migrate(ctx, cfg, stdout)
 	}
 	return serve(ctx, cfg)
 }
@@ -67,7 +75,10 @@ const usage = `usage: sluice [command]
 commands:
   (none)        run the gateway
   migrate       apply the database migrations to SLUICE_DB_SCHEMA and exit
+                (reads only SLUICE_DATABASE_URL and SLUICE_DB_SCHEMA)
   check-config  validate the environment and the rules, print the rules, exit 0 or 1
+  version       print the version, the commit and the Go version (also --version)
+  healthcheck   GET /healthz on SLUICE_ADMIN_LISTEN, exit 0 if it answers 200, else 1
 
 Settings are environment variables; see the README.
 `

@@ -128,11 +128,13 @@ func AdvisoryLockKey(purpose, schema string) int64 {
 // Up brings schema up to the newest embedded migration and returns how many
 // migrations it applied (0 when the schema was already current).
 //
-// It creates the schema if missing, then takes a session-level advisory
-// lock on one connection that it holds for the whole run, so instances that
-// start together wait for each other and each migration is applied exactly
-// once. Each pending migration runs in its own transaction together with
-// its row in the schema's schema_migrations table. The lock is released
+// It takes a session-level advisory lock on one connection that it holds
+// for the whole run, so instances that start together wait for each other
+// and each migration is applied exactly once; then it creates the schema
+// and its schema_migrations table if either is missing. Each pending
+// migration runs in its own transaction together with its row in
+// schema_migrations. On a current schema it changes nothing and needs no
+// privilege beyond reading schema_migrations. The lock is released
 // before Up returns; if releasing fails, the connection is closed instead
 // of being returned to the pool, which releases the lock too.
 //
@@ -173,18 +175,35 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (applied int, er
 	}()
 
 	quoted := pgx.Identifier{schema}.Sanitize()
+	// Only what is missing is created: Postgres checks the privilege to
+	// create before it looks whether the object exists, so CREATE … IF NOT
+	// EXISTS alone would need CREATE on the database even when the schema is
+	// there. An owner role given the schema by a database administrator
+	// (deploy/postgres/roles.sql) then needs no more, and a role that may
+	// not change the schema at all can still run Up on a current one.
+	var schemaExists, tableExists bool
+	if err := conn.QueryRow(ctx,
+		"SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1), "+
+			"EXISTS (SELECT FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = 'schema_migrations')",
+		schema).Scan(&schemaExists, &tableExists); err != nil {
+		return 0, fmt.Errorf("migrate %s: look for the schema: %w", schema, err)
+	}
 	// Created under the lock: CREATE ... IF NOT EXISTS is not safe against a
 	// concurrent creation of the same name (it can fail on the catalog's
 	// unique index), but nobody else runs this for schema while we hold it.
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoted); err != nil {
-		return 0, fmt.Errorf("migrate %s: create schema: %w", schema, err)
+	if !schemaExists {
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoted); err != nil {
+			return 0, fmt.Errorf("migrate %s: create schema: %w", schema, err)
+		}
 	}
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+quoted+`.schema_migrations (
+	if !tableExists {
+		if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+quoted+`.schema_migrations (
 		version    integer PRIMARY KEY,
 		name       text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now()
 	)`); err != nil {
-		return 0, fmt.Errorf("migrate %s: create schema_migrations: %w", schema, err)
+			return 0, fmt.Errorf("migrate %s: create schema_migrations: %w", schema, err)
+		}
 	}
 	var current int
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+quoted+".schema_migrations").Scan(&current); err != nil {

@@ -241,3 +241,72 @@ func TestUpRejectsBadSchema(t *testing.T) {
 		t.Fatal("Up accepted an invalid schema name")
 	}
 }
+
+// TestUpLeastPrivilege: Up creates only what is missing, so a role that
+// owns a schema given to it by an administrator migrates it without
+// CREATE on the database, and a role that may only read schema_migrations
+// runs Up on a current schema without error.
+func TestUpLeastPrivilege(t *testing.T) {
+	schema := freshSchema(t)
+	owner, reader := schema+"_owner", schema+"_reader"
+	admin := pgtest.NewPool(t, pgtest.URL(), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	for _, stmt := range []string{
+		"CREATE ROLE " + q(owner) + " NOLOGIN",
+		"CREATE ROLE " + q(reader) + " NOLOGIN",
+		"CREATE SCHEMA " + q(schema) + " AUTHORIZATION " + q(owner),
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() {
+		// The schema first: a role that owns objects cannot be dropped.
+		for _, stmt := range []string{
+			"DROP SCHEMA IF EXISTS " + q(schema) + " CASCADE",
+			"DROP ROLE IF EXISTS " + q(owner),
+			"DROP ROLE IF EXISTS " + q(reader),
+		} {
+			if _, err := admin.Exec(context.Background(), stmt); err != nil {
+				t.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+	as := func(role string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(pgtest.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, "SET ROLE "+q(role))
+			return err
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+
+	ms, err := migrations.Load(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := migrations.Up(ctx, as(owner), schema); err != nil || n != len(ms) {
+		t.Fatalf("Up as the schema's owner = %d, %v; want %d applied", n, err, len(ms))
+	}
+	for _, stmt := range []string{
+		"GRANT USAGE ON SCHEMA " + q(schema) + " TO " + q(reader),
+		"GRANT SELECT ON " + q(schema) + ".schema_migrations TO " + q(reader),
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if n, err := migrations.Up(ctx, as(reader), schema); err != nil || n != 0 {
+		t.Fatalf("Up on a current schema as a role that may only read = %d, %v; want 0, nil", n, err)
+	}
+}

@@ -50,7 +50,7 @@ func (s *Store) runPoll(ctx context.Context) {
 		}
 		failing.report(nil)
 		since = next - keyEventOverlap.Microseconds()
-		if n++; n%pruneEvery == 0 {
+		if n++; n%pruneEvery == 1 { // the first poll, then every pruneEvery
 			if _, err := s.pool.Exec(ctx, s.q.prune); err != nil && ctx.Err() == nil {
 				s.log.Debug("prune key events", zap.Error(err))
 			}

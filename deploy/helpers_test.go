@@ -1,0 +1,132 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Link-time version and commit of the binary the tests build, as a release
+// build sets them.
+const (
+	testVersion = "0.0.0-deploytest"
+	testCommit  = "0123456789abcdef0123456789abcdef01234567"
+)
+
+// root is the repository's root, the context of the image build.
+var root = func() string {
+	dir, err := filepath.Abs("..")
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}()
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-deploy-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// tool returns the path of the program name, installed by the Debian
+// package pkg. When it is missing the test is skipped, or failed when the
+// CI environment variable is set (.ci/run installs every tool).
+func tool(t testing.TB, name, pkg string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s not found; install it (Debian: apt-get install %s), or run .ci/run, which does", name, pkg)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set: a deploy test may not be skipped)", msg)
+	}
+	t.Skipf("%s; skipping (this fails when CI is set)", msg)
+	return ""
+}
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// sluiceBinary builds sluice once per test run as the image's build stage
+// does: static (CGO_ENABLED=0), stripped, with testVersion and testCommit
+// linked in. It returns the binary's path.
+func sluiceBinary(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(binDir, "out", "sluice")
+	buildOnce.Do(func() {
+		cmd := exec.Command("go", "build", "-trimpath",
+			"-ldflags", "-s -w -X main.version="+testVersion+" -X main.commit="+testCommit,
+			"-o", bin, ".")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bin
+}
+
+// freePort returns a loopback port that nothing listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// httpGet returns the status and body of GET url, or 0 when the request
+// failed.
+func httpGet(url string) (int, string) {
+	return do(http.MethodGet, url, "", "")
+}
+
+// do sends one request with an optional bearer token and body.
+func do(method, url, token, body string) (int, string) {
+	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}

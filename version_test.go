@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+func TestBuildVersion(t *testing.T) {
+	stamped := &debug.BuildInfo{
+		GoVersion: "go1.99.1",
+		Main:      debug.Module{Path: "github.com/sluicehq/sluice", Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"},
+			{Key: "vcs.revision", Value: "0123456789abcdef"},
+			{Key: "vcs.modified", Value: "false"},
+		},
+	}
+	dirty := &debug.BuildInfo{
+		GoVersion: "go1.99.1",
+		Main:      debug.Module{Path: "github.com/sluicehq/sluice", Version: "(devel)"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "fedcba"},
+			{Key: "vcs.modified", Value: "true"},
+		},
+	}
+	bare := &debug.BuildInfo{GoVersion: "go1.99.1", Main: debug.Module{Version: "(devel)"}}
+	for _, tc := range []struct {
+		name             string
+		ldVersion, ldCom string
+		bi               *debug.BuildInfo
+		want             build
+	}{
+		{"link-time values win", "2.0.0", "abc", stamped, build{"2.0.0", "abc", "go1.99.1"}},
+		{"toolchain stamps", "", "", stamped, build{"v1.2.3", "0123456789abcdef", "go1.99.1"}},
+		{"uncommitted changes", "", "", dirty, build{"devel", "fedcba-dirty", "go1.99.1"}},
+		{"nothing recorded", "", "", bare, build{"devel", "unknown", "go1.99.1"}},
+		{"no build information", "", "", nil, build{"devel", "unknown", runtime.Version()}},
+		{"version only at link time", "1.0.0", "", dirty, build{"1.0.0", "fedcba-dirty", "go1.99.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := buildVersion(tc.ldVersion, tc.ldCom, tc.bi); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		var out bytes.Buffer
+		// No settings at all: printing the version needs none.
+		if err := run(context.Background(), []string{arg}, map[string]string{}, &out); err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		b := currentBuild()
+		want := "sluice " + b.Version + ", commit " + b.Commit + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
+		if out.String() != want {
+			t.Errorf("%s printed %q, want %q", arg, out.String(), want)
+		}
+	}
+}
+
+// TestBuildInfoMetric: a running gateway exports sluice_build_info with
+// the build's labels and the value 1.
+func TestBuildInfoMetric(t *testing.T) {
+	g := start(t, base())
+	_, body := get(t, g.admin+"/metrics")
+	b := currentBuild()
+	want := `sluice_build_info{commit="` + b.Commit + `",goversion="` + b.GoVersion + `",version="` + b.Version + `"} 1`
+	if !strings.Contains(body, want+"\n") {
+		t.Fatalf("/metrics lacks %s", want)
+	}
+}
