@@ -382,11 +382,21 @@ func TestPathSpellings(t *testing.T) {
 	}
 	for _, p := range []string{
 		"/api/login", "/API/Login", "/api//login", "//api/login", "/api/./login", "/api/x/../login",
-		"/api/%6Cogin", "/api/login/", "/api/login;jsessionid=1", "/api%2Flogin", "/api/%2e%2e/api/login",
+		"/api/%6Cogin", "/api/login/", "/api/login;jsessionid=1", "/api%2Flogin",
 		"/api/login?x=1", `/api\login`, "/api/LOGIN/.",
+		"/api/login.json", "/api/login.", "/api/login%20", "/API/LOGIN.XML/",
 	} {
 		if res := g.raw(t, "POST "+p+" HTTP/1.1"); res.StatusCode != http.StatusTooManyRequests {
 			t.Errorf("%s: status %d, want 429", p, res.StatusCode)
+		}
+	}
+	if up.hits.Load() != 1 {
+		t.Fatalf("upstream saw %d requests", up.hits.Load())
+	}
+	// Spellings that would climb out of the path for some upstream.
+	for _, p := range []string{"/api/%2e%2e/api/login", "/api/x/..%2Flogin", "/api/x%2F..%2Flogin", "/api/x/..;/login", "/api/login/..%2F..%2Fpublic"} {
+		if res := g.raw(t, "POST "+p+" HTTP/1.1"); res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", p, res.StatusCode)
 		}
 	}
 	if up.hits.Load() != 1 {
