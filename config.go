@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/identity"
 )
 
 // settings mirrors SPEC section 2: every variable sluice reads, with its
@@ -54,7 +55,7 @@ type config struct {
 	routes         []proxy.Route
 	databaseURL    string
 	policy         *policy.Policy
-	trusted        proxy.TrustedProxies
+	trusted        identity.TrustedProxies
 	failMode       policy.FailMode
 	headers        proxy.HeaderFamilies
 	logLevel       zapcore.Level
@@ -138,7 +139,7 @@ func load(environ map[string]string) (*config, error) {
 		c.policy = p
 	}
 
-	if tp, err := proxy.ParseTrustedProxies(s.TrustedProxies); err != nil {
+	if tp, err := identity.ParseTrustedProxies(s.TrustedProxies); err != nil {
 		problems = append(problems, "SLUICE_TRUSTED_PROXIES: "+err.Error())
 	} else {
 		c.trusted = tp

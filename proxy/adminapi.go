@@ -95,7 +95,19 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 		}
 		value = hashing.IPGroup(addr.Unmap())
 	case policy.ByEmail:
-		value = hashing.CanonicalEmail(value)
+		// The proxy counts no email that hashing refuses, so there is no
+		// such key to show or reset.
+		v, err := hashing.CanonicalEmail(value)
+		if err != nil {
+			return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "email: " + err.Error()}
+		}
+		value = v
+	case policy.ByTenant, policy.ByHeader:
+		v, err := hashing.CanonicalText(value)
+		if err != nil {
+			return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: given[0] + ": " + err.Error()}
+		}
+		value = v
 	}
 	if value == "" {
 		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}

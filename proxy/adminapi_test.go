@@ -145,6 +145,8 @@ func TestAdminErrors(t *testing.T) {
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant or header, got ip, email"},
 		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
+		{"GET", "/v1/keys?rule=login&email=%EF%BB%BFa@b.c", "", "", 400, "email: holds an invisible format character"},
+		{"GET", "/v1/keys?rule=login&tenant=a%09b", "", "", 400, "tenant: holds a control character"},
 		{"DELETE", "/v1/keys?rule=login&ip=1.2.3.4", "x", "", 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
 		{"PUT", "/v1/overrides?rule=login&ip=1.2.3.4", "x", `{"limit":1,"window":"1m"}`, 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
 	} {

@@ -16,17 +16,15 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// BenchmarkProxyBody measures requests with bodies: an identifier read from
-// a JSON body, and bodies on routes whose rules need none (matched by an IP
-// rule, or matched by no rule at all), small and large. The upstream reads
-// every body, as a real one would.
-func BenchmarkProxyBody(b *testing.B) {
+// benchProxy returns a Proxy for rules on memory stores, in front of an
+// upstream that reads every body, as a real one would, and answers "ok".
+func benchProxy(b *testing.B, rules string) *Proxy {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
 	}))
-	defer up.Close()
-	pol, err := policy.Parse("reset: POST /api/reset by email 1000000000/1h; login: POST /api/login by ip 1000000000/1h")
+	b.Cleanup(up.Close)
+	pol, err := policy.Parse(rules)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,6 +35,28 @@ func BenchmarkProxyBody(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return p
+}
+
+func BenchmarkProxy(b *testing.B) {
+	p := benchProxy(b, "login: POST /api/login by ip 1000000000/1h")
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/api/login", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+	}
+}
+
+// BenchmarkProxyBody measures requests with bodies: an identifier read from
+// a JSON body, and bodies on routes whose rules need none (matched by an IP
+// rule, or matched by no rule at all), small and large.
+func BenchmarkProxyBody(b *testing.B) {
+	p := benchProxy(b, "reset: POST /api/reset by email 1000000000/1h; login: POST /api/login by ip 1000000000/1h")
 	login := []byte(`{"email":"victim@example.com","password":"correct horse battery staple","remember_me":true,` +
 		`"device":{"id":"3f1a9c2e-0b7d-4e11-9a6f-5c2d8e7b1a40","platform":"web"},"captcha":"03AGdBq25xYz"}`)
 	blob := bytes.Repeat([]byte("0123456789abcdef"), 1024) // 16 KiB
