@@ -74,7 +74,7 @@ func TestAdminKeys(t *testing.T) {
 	for range 3 {
 		call(t, "POST", f.public.URL+"/api/login", "", "")
 	}
-	code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "", "")
+	code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "s3cret", "")
 	var k keyJSON
 	if code != 200 || json.Unmarshal([]byte(body), &k) != nil || k.Count != 2 || k.Remaining != 0 || k.Limit != 2 || k.Window != "1m" || k.ResetAfter != 60 {
 		t.Fatalf("GET key: %d %s", code, body)
@@ -92,6 +92,40 @@ func TestAdminKeys(t *testing.T) {
 	}
 	if code, _ := call(t, "POST", f.public.URL+"/api/login", "", ""); code != 200 {
 		t.Fatalf("after reset: %d", code)
+	}
+}
+
+// TestAdminToken: with a token configured, every /v1 request needs it, so
+// GET /v1/keys is no oracle of whether an address or IP was active; without
+// one, reads are open and writes refused. Health and metrics never need it.
+func TestAdminToken(t *testing.T) {
+	for _, tc := range []struct {
+		token, send, method, path string
+		want                      int
+	}{
+		{"s3cret", "", "GET", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "wrong", "GET", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "s3cret2", "GET", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "s3cret", "GET", "/v1/keys?rule=reset&email=victim@example.com", 200},
+		{"s3cret", "", "GET", "/v1/rules", 401},
+		{"s3cret", "s3cret", "GET", "/v1/rules", 200},
+		{"s3cret", "", "DELETE", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "", "PUT", "/v1/overrides?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "", "DELETE", "/v1/overrides?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "s3cret", "DELETE", "/v1/keys?rule=reset&email=victim@example.com", 204},
+		{"s3cret", "", "GET", "/healthz", 200},
+		{"s3cret", "", "GET", "/readyz", 200},
+		{"s3cret", "", "GET", "/metrics", 200},
+		{"", "", "GET", "/v1/keys?rule=reset&email=victim@example.com", 200},
+		{"", "", "GET", "/v1/rules", 200},
+		{"", "anything", "DELETE", "/v1/keys?rule=reset&email=victim@example.com", 403},
+		{"", "", "PUT", "/v1/overrides?rule=reset&email=victim@example.com", 403},
+	} {
+		f := newAdminFixture(t, "reset: POST /api/reset by email 3/1h", tc.token)
+		code, body := call(t, tc.method, f.admin.URL+tc.path, tc.send, "")
+		if code != tc.want {
+			t.Errorf("token %q, sent %q: %s %s = %d, want %d (%s)", tc.token, tc.send, tc.method, tc.path, code, tc.want, body)
+		}
 	}
 }
 
