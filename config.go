@@ -35,7 +35,7 @@ type settings struct {
 	RulesFile      string        `env:"SLUICE_RULES_FILE"`
 	HashKey        string        `env:"SLUICE_HASH_KEY"`
 	TrustedProxies string        `env:"SLUICE_TRUSTED_PROXIES"`
-	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"open"`
+	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"local"`
 	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
 	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
 	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`

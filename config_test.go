@@ -25,7 +25,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen != ":8080" || c.AdminListen != "127.0.0.1:9090" || c.DBSchema != "sluice" ||
-		c.failMode != policy.FailOpen || c.DBTimeout != 50*time.Millisecond || c.LocalCacheSize != 100000 ||
+		c.failMode != policy.FailLocal || c.DBTimeout != 50*time.Millisecond || c.LocalCacheSize != 100000 ||
 		c.MaxBodyBytes != 65536 || !c.headers.IETF || !c.headers.X || !c.AutoMigrate || c.databaseURL != "" ||
 		!c.hashKeyDerived || len(c.policy.Rules()) != 1 {
 		t.Fatalf("unexpected defaults: %+v", c)
