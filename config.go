@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -105,6 +106,9 @@ func load(environ map[string]string) (*config, error) {
 	if s.Listen == s.AdminListen {
 		problems = append(problems, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener")
 	}
+	if host, _, err := net.SplitHostPort(s.AdminListen); err == nil && s.AdminToken == "" && !isLoopback(host) {
+		problems = append(problems, fmt.Sprintf("SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got %q): the admin API would be open to the network", s.AdminListen))
+	}
 
 	c.databaseURL = s.DatabaseURL
 	if c.databaseURL == "" {
@@ -188,6 +192,17 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// isLoopback reports whether a listen host only accepts connections from
+// this machine: localhost or a loopback address. An empty host (":9090")
+// listens on every interface.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 // configError lists every problem found in the settings.

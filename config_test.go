@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,7 +121,9 @@ func TestLoadErrors(t *testing.T) {
 		{"route twice", map[string]string{"SLUICE_ROUTES": "/b/=http://b,/B=http://c"}, `SLUICE_ROUTES: prefix "/b" given twice`},
 		{"listen", map[string]string{"SLUICE_LISTEN": "8080"}, `SLUICE_LISTEN: expected host:port such as :8080, got "8080"`},
 		{"admin listen", map[string]string{"SLUICE_ADMIN_LISTEN": "localhost"}, `SLUICE_ADMIN_LISTEN: expected host:port such as :8080, got "localhost"`},
-		{"same listeners", map[string]string{"SLUICE_ADMIN_LISTEN": ":8080"}, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener"},
+		{"same listeners", map[string]string{"SLUICE_ADMIN_LISTEN": ":8080", "SLUICE_ADMIN_TOKEN": "t"}, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener"},
+		{"admin on every interface without a token", map[string]string{"SLUICE_ADMIN_LISTEN": "0.0.0.0:9090"}, `SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got "0.0.0.0:9090"): the admin API would be open to the network`},
+		{"admin on an empty host without a token", map[string]string{"SLUICE_ADMIN_LISTEN": ":9090"}, `SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got ":9090"): the admin API would be open to the network`},
 		{"database url", map[string]string{"SLUICE_DATABASE_URL": "postgres://u:secret@h:notaport/x", "SLUICE_HASH_KEY": "0123456789abcdef"}, "SLUICE_DATABASE_URL: not a valid Postgres connection string"},
 		{"hash key required", map[string]string{"SLUICE_DATABASE_URL": "postgres://u@h/x"}, "SLUICE_HASH_KEY: required when a database is configured, and the same on every instance"},
 		{"hash key short", map[string]string{"SLUICE_HASH_KEY": "short"}, "SLUICE_HASH_KEY: must be at least 16 bytes, got 5"},
@@ -189,5 +193,40 @@ func TestLoadListsEveryProblem(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message lacks %q:\n%s", want, msg)
 		}
+	}
+}
+
+// TestLoadAdminListen: the admin API may listen on loopback without a
+// token; anywhere else it needs one.
+func TestLoadAdminListen(t *testing.T) {
+	for _, tc := range []struct {
+		listen, token string
+		ok            bool
+	}{
+		{"127.0.0.1:9090", "", true},
+		{"127.0.0.2:9090", "", true},
+		{"[::1]:9090", "", true},
+		{"[::ffff:127.0.0.1]:9090", "", true},
+		{"localhost:9090", "", true},
+		{"0.0.0.0:9090", "", false},
+		{":9090", "", false},
+		{"[::]:9090", "", false},
+		{"10.0.0.5:9090", "", false},
+		{"admin.internal:9090", "", false},
+		{"0.0.0.0:9090", "tok", true},
+		{":9090", "tok", true},
+	} {
+		env := base()
+		env["SLUICE_ADMIN_LISTEN"], env["SLUICE_ADMIN_TOKEN"] = tc.listen, tc.token
+		_, err := load(env)
+		if (err == nil) != tc.ok {
+			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", tc.listen, tc.token, err, tc.ok)
+		}
+	}
+	// check-config reports it like every other problem.
+	env := base()
+	env["SLUICE_ADMIN_LISTEN"] = "0.0.0.0:9090"
+	if err := run(context.Background(), []string{"check-config"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_ADMIN_TOKEN: required") {
+		t.Fatalf("check-config: %v", err)
 	}
 }
