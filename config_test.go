@@ -1,14 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/policy"
 )
@@ -115,7 +123,11 @@ func TestLoadErrors(t *testing.T) {
 		{"upstream missing", map[string]string{"SLUICE_UPSTREAM": ""}, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000"},
 		{"upstream scheme", map[string]string{"SLUICE_UPSTREAM": "ftp://x"}, `SLUICE_UPSTREAM: expected an http:// or https:// URL, got "ftp://x"`},
 		{"upstream host", map[string]string{"SLUICE_UPSTREAM": "http://"}, `SLUICE_UPSTREAM: expected a host in "http://"`},
-		{"upstream query", map[string]string{"SLUICE_UPSTREAM": "http://a/?x=1"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://a/?x=1"`},
+		{"upstream query", map[string]string{"SLUICE_UPSTREAM": "http://a/?x=1"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://a/?xxxxx"`},
+		{"upstream password", map[string]string{"SLUICE_UPSTREAM": "http://admin:secret@a/"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://xxxxx@a/"`},
+		{"upstream password, no URL", map[string]string{"SLUICE_UPSTREAM": "http://u:secret%zz@a/"}, `SLUICE_UPSTREAM: not a URL: "http://xxxxx@a/"`},
+		{"route password", map[string]string{"SLUICE_ROUTES": "/b/=http://u:secret@b:80"}, `SLUICE_ROUTES: route "/b/": expected no query, fragment or user info in "http://xxxxx@b:80"`},
+		{"route syntax with a password", map[string]string{"SLUICE_ROUTES": "billing=http://u:secret@b"}, `SLUICE_ROUTES: expected /prefix/=http://host:port, got "billing=http://xxxxx@b"`},
 		{"route syntax", map[string]string{"SLUICE_ROUTES": "billing=http://b"}, `SLUICE_ROUTES: expected /prefix/=http://host:port, got "billing=http://b"`},
 		{"route url", map[string]string{"SLUICE_ROUTES": "/b/=b:80"}, `SLUICE_ROUTES: route "/b/": expected an http:// or https:// URL, got "b:80"`},
 		{"route twice", map[string]string{"SLUICE_ROUTES": "/b/=http://b,/B=http://c"}, `SLUICE_ROUTES: prefix "/b" given twice`},
@@ -170,7 +182,7 @@ func TestLoadErrors(t *testing.T) {
 				t.Fatalf("problem\n got: %s\nwant: %s", got, tc.want)
 			}
 			if strings.Contains(err.Error(), "secret") {
-				t.Fatalf("message leaks the database password: %s", err)
+				t.Fatalf("message leaks a password: %s", err)
 			}
 		})
 	}
@@ -228,5 +240,108 @@ func TestLoadAdminListen(t *testing.T) {
 	env["SLUICE_ADMIN_LISTEN"] = "0.0.0.0:9090"
 	if err := run(context.Background(), []string{"check-config"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_ADMIN_TOKEN: required") {
 		t.Fatalf("check-config: %v", err)
+	}
+}
+
+// TestSecretsNeverShown: the hash key, the admin token and passwords in any
+// URL appear in no configuration error, no check-config output and no log
+// line, whatever else is wrong.
+func TestSecretsNeverShown(t *testing.T) {
+	const (
+		hashKey  = "hashkey-S3CRET-0123456789"
+		token    = "token-S3CRET"
+		password = "pw-S3CRET"
+	)
+	secrets := []string{hashKey, token, password, "S3CRET"}
+	leaks := func(where, s string) {
+		t.Helper()
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				t.Errorf("%s shows a secret: %s", where, s)
+			}
+		}
+	}
+	broken := []map[string]string{
+		{"SLUICE_UPSTREAM": "http://u:" + password + "@a/"},
+		{"SLUICE_UPSTREAM": "http://u:" + password + "%zz@a/"},
+		{"SLUICE_UPSTREAM": "u:" + password + "@a:80"},
+		{"SLUICE_UPSTREAM": "http://a/?token=" + password},
+		{"SLUICE_ROUTES": "/b/=http://u:" + password + "@b"},
+		{"SLUICE_ROUTES": "/b/http://u:" + password + "@b"},
+		{"SLUICE_DATABASE_URL": "postgres://u:" + password + "@h:notaport/x"},
+		{"SLUICE_DATABASE_URL": "host=h password=" + password + " port=x"},
+		{"SLUICE_HASH_KEY": "S3CRET"}, // too short
+		{"SLUICE_ADMIN_LISTEN": "0.0.0.0:9090", "SLUICE_RULES": "bad"},
+	}
+	for _, set := range broken {
+		env := base()
+		env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
+		for k, v := range set {
+			env[k] = v
+		}
+		if k, ok := set["SLUICE_ADMIN_LISTEN"]; ok && k != "" {
+			delete(env, "SLUICE_ADMIN_TOKEN")
+		}
+		err := run(context.Background(), []string{"check-config"}, env, io.Discard)
+		if err == nil {
+			t.Errorf("%v: want a configuration error", set)
+			continue
+		}
+		leaks("configuration error", err.Error())
+	}
+
+	// A valid configuration: check-config, and a gateway's logs from start
+	// to stop, with requests in between.
+	env := base()
+	env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"check-config"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	leaks("check-config", out.String())
+
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	env["SLUICE_UPSTREAM"] = up.URL
+	core, logs := observer.New(zapcore.DebugLevel)
+	_, g := serveGateway(t, env, zap.New(core), nil)
+	for _, tok := range []string{token, "wrong"} {
+		req, _ := http.NewRequest("DELETE", g.admin+"/v1/keys?rule=login&ip=127.0.0.1", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}
+	get(t, g.url+"/api/login")
+	if err := g.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() == 0 {
+		t.Fatal("no log lines to check")
+	}
+	for _, e := range logs.All() {
+		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
+		leaks("log line", string(line))
+	}
+
+	// A database that cannot be reached: the error and the logs name it
+	// without its password.
+	env["SLUICE_DATABASE_URL"] = "postgres://sluice:" + password + "@127.0.0.1:1/x?connect_timeout=1"
+	cfg, err := load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs = observer.New(zapcore.DebugLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	gw, err := newGateway(ctx, cfg, zap.New(core))
+	if err != nil {
+		leaks("start-up error", err.Error())
+	} else {
+		gw.close()
+	}
+	for _, e := range logs.All() {
+		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
+		leaks("log line", string(line))
 	}
 }
