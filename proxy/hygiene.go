@@ -92,10 +92,13 @@ func isSpoofable(name string) bool {
 //     only "TE: trailers".
 //   - Upgrade is kept only for a WebSocket handshake (exactly one Upgrade
 //     value, "websocket", announced in Connection), which the proxy then
-//     tunnels. Any other upgrade, such as h2c, is removed with Connection
-//     and HTTP2-Settings, and the request is forwarded as a plain one: an
+//     tunnels. Any other upgrade, such as h2c, is removed with
+//     HTTP2-Settings, and the request is forwarded as a plain one: an
 //     upstream that switched protocols would give the client a tunnel that
 //     sluice no longer sees.
+//
+// Connection itself is left to httputil.ReverseProxy, which drops it on the
+// way upstream (and sends its own for a WebSocket upgrade).
 func removeHopByHop(h http.Header) {
 	conn := h["Connection"]
 	if len(conn) == 0 && len(h["Upgrade"]) == 0 && len(h["Http2-Settings"]) == 0 {
@@ -120,7 +123,6 @@ func removeHopByHop(h http.Header) {
 		}
 	}
 	if !websocket {
-		delete(h, "Connection")
 		for name := range h {
 			if identity.HeaderNameEqual(name, "Upgrade") || identity.HeaderNameEqual(name, "Http2-Settings") {
 				delete(h, name)
