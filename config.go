@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/identity"
 )
 
 // settings mirrors SPEC section 2: every variable sluice reads, with its
@@ -34,7 +36,7 @@ type settings struct {
 	RulesFile      string        `env:"SLUICE_RULES_FILE"`
 	HashKey        string        `env:"SLUICE_HASH_KEY"`
 	TrustedProxies string        `env:"SLUICE_TRUSTED_PROXIES"`
-	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"open"`
+	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"local"`
 	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
 	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
 	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`
@@ -56,7 +58,7 @@ type config struct {
 	routes         []proxy.Route
 	databaseURL    string
 	policy         *policy.Policy
-	trusted        proxy.TrustedProxies
+	trusted        identity.TrustedProxies
 	failMode       policy.FailMode
 	headers        proxy.HeaderFamilies
 	logLevel       zapcore.Level
@@ -106,6 +108,9 @@ func load(environ map[string]string) (*config, error) {
 	if s.Listen == s.AdminListen {
 		problems = append(problems, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener")
 	}
+	if host, _, err := net.SplitHostPort(s.AdminListen); err == nil && s.AdminToken == "" && !isLoopback(host) {
+		problems = append(problems, fmt.Sprintf("SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got %q): the admin API would be open to the network", s.AdminListen))
+	}
 
 	c.databaseURL = s.DatabaseURL
 	if c.databaseURL == "" {
@@ -140,7 +145,7 @@ func load(environ map[string]string) (*config, error) {
 		c.policy = p
 	}
 
-	if tp, err := proxy.ParseTrustedProxies(s.TrustedProxies); err != nil {
+	if tp, err := identity.ParseTrustedProxies(s.TrustedProxies); err != nil {
 		problems = append(problems, "SLUICE_TRUSTED_PROXIES: "+err.Error())
 	} else {
 		c.trusted = tp
@@ -195,6 +200,17 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// isLoopback reports whether a listen host only accepts connections from
+// this machine: localhost or a loopback address. An empty host (":9090")
+// listens on every interface.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 // configError lists every problem found in the settings.

@@ -1,12 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/policy"
 )
@@ -25,7 +35,7 @@ func TestLoadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen != ":8080" || c.AdminListen != "127.0.0.1:9090" || c.DBSchema != "sluice" ||
-		c.failMode != policy.FailOpen || c.DBTimeout != 50*time.Millisecond || c.LocalCacheSize != 100000 ||
+		c.failMode != policy.FailLocal || c.DBTimeout != 50*time.Millisecond || c.LocalCacheSize != 100000 ||
 		c.MaxBodyBytes != 65536 || !c.headers.IETF || !c.headers.X || !c.AutoMigrate || c.databaseURL != "" ||
 		!c.hashKeyDerived || len(c.policy.Rules()) != 1 {
 		t.Fatalf("unexpected defaults: %+v", c)
@@ -113,13 +123,19 @@ func TestLoadErrors(t *testing.T) {
 		{"upstream missing", map[string]string{"SLUICE_UPSTREAM": ""}, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000"},
 		{"upstream scheme", map[string]string{"SLUICE_UPSTREAM": "ftp://x"}, `SLUICE_UPSTREAM: expected an http:// or https:// URL, got "ftp://x"`},
 		{"upstream host", map[string]string{"SLUICE_UPSTREAM": "http://"}, `SLUICE_UPSTREAM: expected a host in "http://"`},
-		{"upstream query", map[string]string{"SLUICE_UPSTREAM": "http://a/?x=1"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://a/?x=1"`},
+		{"upstream query", map[string]string{"SLUICE_UPSTREAM": "http://a/?x=1"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://a/?xxxxx"`},
+		{"upstream password", map[string]string{"SLUICE_UPSTREAM": "http://admin:secret@a/"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://xxxxx@a/"`},
+		{"upstream password, no URL", map[string]string{"SLUICE_UPSTREAM": "http://u:secret%zz@a/"}, `SLUICE_UPSTREAM: not a URL: "http://xxxxx@a/"`},
+		{"route password", map[string]string{"SLUICE_ROUTES": "/b/=http://u:secret@b:80"}, `SLUICE_ROUTES: route "/b/": expected no query, fragment or user info in "http://xxxxx@b:80"`},
+		{"route syntax with a password", map[string]string{"SLUICE_ROUTES": "billing=http://u:secret@b"}, `SLUICE_ROUTES: expected /prefix/=http://host:port, got "billing=http://xxxxx@b"`},
 		{"route syntax", map[string]string{"SLUICE_ROUTES": "billing=http://b"}, `SLUICE_ROUTES: expected /prefix/=http://host:port, got "billing=http://b"`},
 		{"route url", map[string]string{"SLUICE_ROUTES": "/b/=b:80"}, `SLUICE_ROUTES: route "/b/": expected an http:// or https:// URL, got "b:80"`},
 		{"route twice", map[string]string{"SLUICE_ROUTES": "/b/=http://b,/B=http://c"}, `SLUICE_ROUTES: prefix "/b" given twice`},
 		{"listen", map[string]string{"SLUICE_LISTEN": "8080"}, `SLUICE_LISTEN: expected host:port such as :8080, got "8080"`},
 		{"admin listen", map[string]string{"SLUICE_ADMIN_LISTEN": "localhost"}, `SLUICE_ADMIN_LISTEN: expected host:port such as :8080, got "localhost"`},
-		{"same listeners", map[string]string{"SLUICE_ADMIN_LISTEN": ":8080"}, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener"},
+		{"same listeners", map[string]string{"SLUICE_ADMIN_LISTEN": ":8080", "SLUICE_ADMIN_TOKEN": "t"}, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener"},
+		{"admin on every interface without a token", map[string]string{"SLUICE_ADMIN_LISTEN": "0.0.0.0:9090"}, `SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got "0.0.0.0:9090"): the admin API would be open to the network`},
+		{"admin on an empty host without a token", map[string]string{"SLUICE_ADMIN_LISTEN": ":9090"}, `SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got ":9090"): the admin API would be open to the network`},
 		{"database url", map[string]string{"SLUICE_DATABASE_URL": "postgres://u:secret@h:notaport/x", "SLUICE_HASH_KEY": "0123456789abcdef"}, "SLUICE_DATABASE_URL: not a valid Postgres connection string"},
 		{"hash key required", map[string]string{"SLUICE_DATABASE_URL": "postgres://u@h/x"}, "SLUICE_HASH_KEY: required when a database is configured, and the same on every instance"},
 		{"hash key short", map[string]string{"SLUICE_HASH_KEY": "short"}, "SLUICE_HASH_KEY: must be at least 16 bytes, got 5"},
@@ -166,7 +182,7 @@ func TestLoadErrors(t *testing.T) {
 				t.Fatalf("problem\n got: %s\nwant: %s", got, tc.want)
 			}
 			if strings.Contains(err.Error(), "secret") {
-				t.Fatalf("message leaks the database password: %s", err)
+				t.Fatalf("message leaks a password: %s", err)
 			}
 		})
 	}
@@ -189,5 +205,143 @@ func TestLoadListsEveryProblem(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message lacks %q:\n%s", want, msg)
 		}
+	}
+}
+
+// TestLoadAdminListen: the admin API may listen on loopback without a
+// token; anywhere else it needs one.
+func TestLoadAdminListen(t *testing.T) {
+	for _, tc := range []struct {
+		listen, token string
+		ok            bool
+	}{
+		{"127.0.0.1:9090", "", true},
+		{"127.0.0.2:9090", "", true},
+		{"[::1]:9090", "", true},
+		{"[::ffff:127.0.0.1]:9090", "", true},
+		{"localhost:9090", "", true},
+		{"0.0.0.0:9090", "", false},
+		{":9090", "", false},
+		{"[::]:9090", "", false},
+		{"10.0.0.5:9090", "", false},
+		{"admin.internal:9090", "", false},
+		{"0.0.0.0:9090", "tok", true},
+		{":9090", "tok", true},
+	} {
+		env := base()
+		env["SLUICE_ADMIN_LISTEN"], env["SLUICE_ADMIN_TOKEN"] = tc.listen, tc.token
+		_, err := load(env)
+		if (err == nil) != tc.ok {
+			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", tc.listen, tc.token, err, tc.ok)
+		}
+	}
+	// check-config reports it like every other problem.
+	env := base()
+	env["SLUICE_ADMIN_LISTEN"] = "0.0.0.0:9090"
+	if err := run(context.Background(), []string{"check-config"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_ADMIN_TOKEN: required") {
+		t.Fatalf("check-config: %v", err)
+	}
+}
+
+// TestSecretsNeverShown: the hash key, the admin token and passwords in any
+// URL appear in no configuration error, no check-config output and no log
+// line, whatever else is wrong.
+func TestSecretsNeverShown(t *testing.T) {
+	const (
+		hashKey  = "hashkey-S3CRET-0123456789"
+		token    = "token-S3CRET"
+		password = "pw-S3CRET"
+	)
+	secrets := []string{hashKey, token, password, "S3CRET"}
+	leaks := func(where, s string) {
+		t.Helper()
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				t.Errorf("%s shows a secret: %s", where, s)
+			}
+		}
+	}
+	broken := []map[string]string{
+		{"SLUICE_UPSTREAM": "http://u:" + password + "@a/"},
+		{"SLUICE_UPSTREAM": "http://u:" + password + "%zz@a/"},
+		{"SLUICE_UPSTREAM": "u:" + password + "@a:80"},
+		{"SLUICE_UPSTREAM": "http://a/?token=" + password},
+		{"SLUICE_ROUTES": "/b/=http://u:" + password + "@b"},
+		{"SLUICE_ROUTES": "/b/http://u:" + password + "@b"},
+		{"SLUICE_DATABASE_URL": "postgres://u:" + password + "@h:notaport/x"},
+		{"SLUICE_DATABASE_URL": "host=h password=" + password + " port=x"},
+		{"SLUICE_HASH_KEY": "S3CRET"}, // too short
+		{"SLUICE_ADMIN_LISTEN": "0.0.0.0:9090", "SLUICE_RULES": "bad"},
+	}
+	for _, set := range broken {
+		env := base()
+		env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
+		for k, v := range set {
+			env[k] = v
+		}
+		if k, ok := set["SLUICE_ADMIN_LISTEN"]; ok && k != "" {
+			delete(env, "SLUICE_ADMIN_TOKEN")
+		}
+		err := run(context.Background(), []string{"check-config"}, env, io.Discard)
+		if err == nil {
+			t.Errorf("%v: want a configuration error", set)
+			continue
+		}
+		leaks("configuration error", err.Error())
+	}
+
+	// A valid configuration: check-config, and a gateway's logs from start
+	// to stop, with requests in between.
+	env := base()
+	env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"check-config"}, env, &out); err != nil {
+		t.Fatal(err)
+	}
+	leaks("check-config", out.String())
+
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	env["SLUICE_UPSTREAM"] = up.URL
+	core, logs := observer.New(zapcore.DebugLevel)
+	_, g := serveGateway(t, env, zap.New(core), nil)
+	for _, tok := range []string{token, "wrong"} {
+		req, _ := http.NewRequest("DELETE", g.admin+"/v1/keys?rule=login&ip=127.0.0.1", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}
+	get(t, g.url+"/api/login")
+	if err := g.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() == 0 {
+		t.Fatal("no log lines to check")
+	}
+	for _, e := range logs.All() {
+		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
+		leaks("log line", string(line))
+	}
+
+	// A database that cannot be reached: the error and the logs name it
+	// without its password.
+	env["SLUICE_DATABASE_URL"] = "postgres://sluice:" + password + "@127.0.0.1:1/x?connect_timeout=1"
+	core, logs = observer.New(zapcore.DebugLevel)
+	env["SLUICE_START_TIMEOUT"] = "0s"
+	_, r, _ := serveGatewayAsync(t, env, zap.New(core), nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for logs.FilterMessageSnippet("store not ready").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway did not log its failed connection")
+		}
+		time.Sleep(10 * time.Millisecond) // the probe is the gateway's own: wait for its log
+	}
+	if err := r.stop(); err != nil {
+		leaks("serve error", err.Error())
+	}
+	for _, e := range logs.All() {
+		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
+		leaks("log line", string(line))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -155,12 +157,14 @@ func TestCanonicalEmail(t *testing.T) {
 		{"\t\u00a0 Victim@Example.com\u00a0\n", victim},
 		{"\u3000victim@example.com\u2003", victim},
 		{"\u200a\u00a0ＶICTIM@example.com\u0085", victim},
+		{"\r\n\v\f\u1680\u2028\u2029\u202f\u205f" + victim + "\u0085\u2000\u200a", victim}, // every kind of White_Space
 		{"victim@example.com", victim},
 		// Aliases the upstream may keep apart are kept apart.
 		{"Victim+promo@Example.com", "victim+promo@example.com"},
 		{"v.i.c.t.i.m@gmail.com", "v.i.c.t.i.m@gmail.com"},
 		// Inner whitespace is not ours to remove.
 		{"vic tim@example.com", "vic tim@example.com"},
+		{"vic\u00a0tim@example.com", "vic tim@example.com"}, // but NFKC makes NBSP a space
 		// Kelvin sign and long s: NFKC / lower-casing fold them.
 		{"\u212Aate@example.com", "kate@example.com"},
 		{"ſam@example.com", "sam@example.com"}, // long s has a compatibility mapping to s
@@ -170,15 +174,79 @@ func TestCanonicalEmail(t *testing.T) {
 		{"", ""},
 		{" \t ", ""},
 		{"\u00a0\u3000", ""},
-		{"a\xffb", "a\ufffdb"},
 	}
 	for _, tt := range tests {
-		got := CanonicalEmail(tt.in)
-		if got != tt.want {
-			t.Errorf("CanonicalEmail(%q) = %q, want %q", tt.in, got, tt.want)
+		got, err := CanonicalEmail(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("CanonicalEmail(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
-		if again := CanonicalEmail(got); again != got {
-			t.Errorf("CanonicalEmail not stable on %q: %q then %q", tt.in, got, again)
+		if again, err := CanonicalEmail(got); again != got || err != nil {
+			t.Errorf("CanonicalEmail not stable on %q: %q then %q, %v", tt.in, got, again, err)
+		}
+	}
+}
+
+// TestCanonicalRefusals: every value that an upstream's trimming or
+// decoding would turn back into the plain address is refused, at the ends
+// and inside, by CanonicalEmail and CanonicalText alike.
+func TestCanonicalRefusals(t *testing.T) {
+	const victim = "victim@example.com"
+	tests := []struct {
+		name string
+		in   string
+		want error
+	}{
+		{"NUL before", "\x00" + victim, ErrControl},
+		{"SOH before (Java trim)", "\x01" + victim, ErrControl},
+		{"file separator after (Python strip)", victim + "\x1c", ErrControl},
+		{"unit separator inside", "victim\x1f@example.com", ErrControl},
+		{"DEL", victim + "\x7f", ErrControl},
+		{"escape", "\x1b" + victim, ErrControl},
+		{"tab inside", "victim\t@example.com", ErrControl},
+		{"line feed inside", "victim@exa\nmple.com", ErrControl},
+		{"C1 control", "\u0080" + victim, ErrControl},
+		{"NEL inside", "victim\u0085@example.com", ErrControl},
+		{"C1 last", victim + "\u009f", ErrControl},
+		{"BOM before (JavaScript trim)", "\ufeff" + victim, ErrInvisible},
+		{"BOM after", victim + "\ufeff", ErrInvisible},
+		{"zero width space", "vic\u200btim@example.com", ErrInvisible},
+		{"zero width space at the end", victim + "\u200b", ErrInvisible},
+		{"zero width joiner", "victim\u200d@example.com", ErrInvisible},
+		{"zero width non-joiner", "\u200c" + victim, ErrInvisible},
+		{"word joiner", victim + "\u2060", ErrInvisible},
+		{"soft hyphen", "vic\u00adtim@example.com", ErrInvisible},
+		{"left-to-right mark", "\u200e" + victim, ErrInvisible},
+		{"right-to-left override", victim + "\u202e", ErrInvisible},
+		{"Mongolian vowel separator", "\u180e" + victim, ErrInvisible},
+		{"Arabic letter mark", victim + "\u061c", ErrInvisible},
+		{"tag character", victim + "\U000E0041", ErrInvisible},
+		{"only a zero width space", "\u200b", ErrInvisible},
+		{"invalid byte", "victim\xff@example.com", ErrInvalidUTF8},
+		{"invalid byte at the end", victim + "\xc3", ErrInvalidUTF8},
+		{"encoded surrogate", "\xed\xa0\x80" + victim, ErrInvalidUTF8},
+	}
+	for _, tt := range tests {
+		if got, err := CanonicalEmail(tt.in); err != tt.want || got != "" {
+			t.Errorf("%s: CanonicalEmail(%q) = %q, %v; want %v", tt.name, tt.in, got, err, tt.want)
+		}
+		if got, err := CanonicalText(tt.in); err != tt.want || got != "" {
+			t.Errorf("%s: CanonicalText(%q) = %q, %v; want %v", tt.name, tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestCanonicalText(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"acme", "acme"},
+		{"  Acme\t", "Acme"},                   // case is kept
+		{"\u00a0Acme Corp\u3000", "Acme Corp"}, // Unicode White_Space at the ends only
+		{"ＡＣＭＥ", "ＡＣＭＥ"},                       // no NFKC: a tenant id is an opaque token
+		{"", ""},
+		{" \u2003 ", ""},
+	}
+	for _, tt := range tests {
+		if got, err := CanonicalText(tt.in); got != tt.want || err != nil {
+			t.Errorf("CanonicalText(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
 }
@@ -187,22 +255,50 @@ func FuzzCanonicalEmail(f *testing.F) {
 	for _, s := range []string{
 		"Victim@Example.com", " victim@example.com ", "ｖｉｃｔｉｍ＠ｅｘａｍｐｌｅ．ｃｏｍ",
 		"\u00a0victim@example.com\t", "\u00b4x", "x\u00a8", "\u212A", "ſ", "İstanbul@example.com",
-		"ß@example.com", "\u1e9e", "\ufb03", "a\xff", "\u0345\u0399", "\u3000", "",
+		"ß@example.com", "\u1e9e", "\ufb03", "a\xff", "\u0345\u0399", "\u3000", "", "\ufeffa", "a\x01",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		c := CanonicalEmail(s)
-		if c2 := CanonicalEmail(c); c2 != c {
-			t.Fatalf("not stable: %q -> %q -> %q", s, c, c2)
+		c, err := CanonicalEmail(s)
+		if err != nil {
+			if c != "" || (err != ErrInvalidUTF8 && err != ErrControl && err != ErrInvisible) {
+				t.Fatalf("CanonicalEmail(%q) = %q, %v", s, c, err)
+			}
+			// A refused value is refused whatever case or padding it has.
+			if _, err2 := CanonicalEmail(" " + asciiUpper(s) + "\u00a0"); err2 == nil {
+				t.Fatalf("CanonicalEmail(%q) is refused (%v) but its padded upper-case spelling is not", s, err)
+			}
+			return
+		}
+		if c2, err := CanonicalEmail(c); c2 != c || err != nil {
+			t.Fatalf("not stable: %q -> %q -> %q, %v", s, c, c2, err)
 		}
 		if strings.TrimSpace(c) != c {
 			t.Fatalf("%q -> %q has surrounding whitespace", s, c)
 		}
-		if c != strings.ToValidUTF8(c, "\ufffd") {
-			t.Fatalf("%q -> %q is not valid UTF-8", s, c)
+		// Spellings that an upstream reads as the same address share the
+		// canonical form: other case, padding with White_Space, and the
+		// NFKC and NFD forms. (Unicode upper-casing is not one of them: it
+		// does not round-trip, U+0345 upper-cases to U+0399.)
+		for _, v := range []string{asciiUpper(s), strings.ToLower(s), "\t\u3000" + s + " \u00a0\n", norm.NFKC.String(s), norm.NFD.String(s)} {
+			if cv, err := CanonicalEmail(v); err == nil && cv != c {
+				t.Fatalf("CanonicalEmail(%q) = %q but CanonicalEmail(%q) = %q", s, c, v, cv)
+			}
 		}
 	})
+}
+
+// asciiUpper upper-cases the ASCII letters of s and leaves every other
+// byte alone, invalid UTF-8 included.
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - ('a' - 'A')
+		}
+	}
+	return string(b)
 }
 
 func BenchmarkKey(b *testing.B) {
@@ -230,7 +326,7 @@ func BenchmarkCanonicalEmail(b *testing.B) {
 		b.Run(in, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = CanonicalEmail(in)
+				_, _ = CanonicalEmail(in)
 			}
 		})
 	}
@@ -247,9 +343,12 @@ func TestCanonicalEmailStableEveryRune(t *testing.T) {
 			continue
 		}
 		for _, s := range []string{string(r), " " + string(r) + "A", "A" + string(r) + " "} {
-			c := CanonicalEmail(s)
-			if c2 := CanonicalEmail(c); c2 != c {
-				t.Fatalf("not stable for %U in %q: %q then %q", r, s, c, c2)
+			c, err := CanonicalEmail(s)
+			if err != nil {
+				continue
+			}
+			if c2, err := CanonicalEmail(c); c2 != c || err != nil {
+				t.Fatalf("not stable for %U in %q: %q then %q, %v", r, s, c, c2, err)
 			}
 		}
 	}

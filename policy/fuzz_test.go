@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -182,6 +183,108 @@ func FuzzCanonicalPath(f *testing.F) {
 			if seg == "." || seg == ".." {
 				t.Fatalf("MatchPath(%q) = %q has a dot segment", out, m)
 			}
+		}
+	})
+}
+
+// pathChars are the characters FuzzPathSpellings builds base paths from.
+const pathChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~."
+
+// FuzzPathSpellings states what path matching promises: every spelling of
+// a path that some upstream serves as that path (other case, escapes of
+// unreserved characters, doubled slashes, "." and "x/.." segments, "%2F",
+// "%252F", "\" or "%5C" for "/", ";" parameters, a trailing slash, trailing
+// dots and spaces, a format suffix) matches every rule the path itself
+// matches, or is refused with an error (400). Never another rule, never
+// none.
+func FuzzPathSpellings(f *testing.F) {
+	f.Add("api/login", uint64(0), byte(2), false)
+	f.Add("API/v1.2/Items", uint64(0xdeadbeefcafe), byte(1), true)
+	f.Add("a/b/c/d", uint64(0x0123456789abcdef), byte(4), false)
+	f.Add("x", ^uint64(0), byte(1), false)
+	f.Fuzz(func(t *testing.T, raw string, variant uint64, ruleSegs byte, prefix bool) {
+		// The base path: segments of pathChars, none made of dots only.
+		var segs []string
+		for s := range strings.SplitSeq(raw, "/") {
+			var b strings.Builder
+			for i := 0; i < len(s); i++ {
+				b.WriteByte(pathChars[int(s[i])%len(pathChars)])
+			}
+			if seg := b.String(); strings.Trim(seg, ".") != "" {
+				segs = append(segs, seg)
+			}
+		}
+		if len(segs) == 0 || len(segs) > 12 {
+			return
+		}
+		base := "/" + strings.Join(segs, "/")
+		c, err := CanonicalPath(base)
+		if err != nil {
+			t.Fatalf("CanonicalPath(%q) of a plain path: %v", base, err)
+		}
+		// The rule: the base path, or a prefix rule on its first k segments.
+		k := 1 + int(ruleSegs)%len(segs)
+		if k < len(segs) {
+			prefix = true
+		}
+		rc, err := CanonicalPath("/" + strings.Join(segs[:k], "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule := &Rule{Path: MatchPath(rc), Prefix: prefix}
+		if !rule.matchesPath(MatchPath(c)) {
+			t.Fatalf("rule %q (prefix %v) does not match its own path %q", rule.Path, prefix, base)
+		}
+
+		bit := func(i uint) bool { return variant>>(i%64)&1 == 1 }
+		var b strings.Builder
+		for i, seg := range segs {
+			switch { // the slash before the segment
+			case i == 0:
+				b.WriteString("/")
+			case bit(uint(8 * i)):
+				b.WriteString([]string{"%2F", "%2f", `\`, "%5C", "%252F", "//", "/./", "/x/../"}[variant>>(8*i%64+1)&7])
+			default:
+				b.WriteString("/")
+			}
+			for j := 0; j < len(seg); j++ {
+				ch := seg[j]
+				switch n := uint(8*i + j); {
+				case bit(n+3) && bit(n+5):
+					b.WriteString(fmt.Sprintf("%%%02x", ch)) // lower-case hex
+				case bit(n + 3):
+					b.WriteString(fmt.Sprintf("%%%02X", ch))
+				case bit(n+4) && 'a' <= ch && ch <= 'z':
+					b.WriteByte(ch - 'a' + 'A')
+				case bit(n+4) && 'A' <= ch && ch <= 'Z':
+					b.WriteByte(ch - 'A' + 'a')
+				default:
+					b.WriteByte(ch)
+				}
+			}
+			// A format suffix goes on the last segment before anything
+			// else: "login.json." is IIS's "login.json", then Rails'
+			// "login"; "login .json" is nobody's "login".
+			if i == len(segs)-1 && bit(61) && !strings.Contains(seg, ".") {
+				b.WriteString([]string{".json", ".xml", ".tar.gz", ".JSON"}[variant>>62&3])
+			}
+			if bit(uint(8*i + 6)) {
+				b.WriteString(";jsessionid=1")
+			}
+			if bit(uint(8*i + 7)) {
+				b.WriteString([]string{".", "%20", ".%20", "%2E"}[variant>>(8*i%64+2)&3])
+			}
+		}
+		if bit(60) {
+			b.WriteString("/")
+		}
+		spelled := b.String()
+		sc, err := CanonicalPath(spelled)
+		if err != nil {
+			return // refused: a 400, allowed
+		}
+		if m := MatchPath(sc); !rule.matchesPath(m) {
+			t.Fatalf("%q is a spelling of %q, but its match form %q does not match rule %q (prefix %v)", spelled, base, m, rule.Path, prefix)
 		}
 	})
 }

@@ -64,15 +64,24 @@ const stackPath = 256
 //     from 0x80) are percent-encoded, much as url.URL.EscapedPath would
 //     have done, so the result is always a valid escaped path.
 //   - Repeated slashes are collapsed into one.
-//   - Dot segments are removed as in RFC 3986 section 5.2.4, after the
-//     decoding above, so "%2e%2E" is "..". ".." never climbs above the
-//     root. A path ending in "/." or "/.." ends in "/", as in the RFC.
+//   - Dot segments, "." and ".." written as such, are removed as in RFC
+//     3986 section 5.2.4; ".." never climbs above the root. A path ending
+//     in "/." or "/.." ends in "/", as in the RFC.
+//   - A segment that some upstream would read as a dot segment although it
+//     is not written as one is an error: one that decodes to one ("%2e%2e",
+//     also doubly encoded), one that holds one once "%2F", "%5C" or "\"
+//     split it ("..%2F", "a%5C..") or its ";" parameters are cut ("..;x",
+//     Tomcat), and one made only of dots and spaces (".. ", "...", which
+//     Windows servers trim to ".." or "."). sluice cannot know which of
+//     these the upstream climbs with, so it refuses them rather than match
+//     the request under a path the upstream may not serve.
 //   - Case, ";" parameters, a trailing slash and escapes of reserved
 //     characters such as %2F are kept: they may mean something to the
 //     upstream. MatchPath ignores them.
 //
 // The result starts with "/", contains no "//" and no "." or ".." segment,
-// and CanonicalPath(result) == result. When escapedPath is already
+// no segment MatchPath would read as one, and CanonicalPath(result) ==
+// result. When escapedPath is already
 // canonical it is returned as is, without allocating. Errors are
 // *PathError and match ErrInvalidPath.
 func CanonicalPath(escapedPath string) (string, error) {
@@ -85,10 +94,15 @@ func CanonicalPath(escapedPath string) (string, error) {
 	out := append(stack[:0], '/')
 	seg := len(out) // start of the current segment in out
 	trailing := false
+	rawSeg := 1 // start of the current segment in p
 	for i := 1; i <= len(p); i++ {
 		if i == len(p) || p[i] == '/' {
+			if hidesDotSegment(p[rawSeg:i], out[seg:]) {
+				return "", &PathError{Offset: rawSeg, Reason: "encoded or disguised dot segment"}
+			}
 			out, trailing = endSegment(out, seg)
 			seg = len(out)
+			rawSeg = i + 1
 			continue
 		}
 		c := p[i]
@@ -124,6 +138,58 @@ func CanonicalPath(escapedPath string) (string, error) {
 	return string(out), nil
 }
 
+// hidesDotSegment reports whether a segment, raw as written and with the
+// escapes of unreserved characters decoded (dec), would be a dot segment to
+// some upstream without being one as written: see CanonicalPath. Plain "."
+// and ".." are real dot segments, which endSegment removes.
+func hidesDotSegment(raw string, dec []byte) bool {
+	if raw == "." || raw == ".." {
+		return false
+	}
+	if bytes.IndexByte(dec, '.') < 0 && bytes.IndexByte(dec, '%') < 0 {
+		return false // nothing that is or decodes to a dot: the common case
+	}
+	var buf [stackPath]byte
+	for d := decodeAll(buf[:0], dec); len(d) > 0; {
+		var piece []byte
+		if piece, d = cutSegment(d); isDotsAndSpaces(piece) {
+			return true
+		}
+	}
+	return false
+}
+
+// cutSegment cuts the first segment off a decoded path (see decodeAll) as
+// the most lenient upstream splits one: at "/" or "\", without its ";"
+// parameters. rest is what follows the separator.
+func cutSegment(d []byte) (seg, rest []byte) {
+	end := 0
+	for end < len(d) && d[end] != '/' && d[end] != '\\' {
+		end++
+	}
+	seg, rest = d[:end], d[min(end+1, len(d)):]
+	if i := bytes.IndexByte(seg, ';'); i >= 0 {
+		seg = seg[:i]
+	}
+	return seg, rest
+}
+
+// isDotsAndSpaces reports whether s is made of dots and spaces only, with
+// at least one dot.
+func isDotsAndSpaces(s []byte) bool {
+	dot := false
+	for _, c := range s {
+		switch c {
+		case '.':
+			dot = true
+		case ' ':
+		default:
+			return false
+		}
+	}
+	return dot
+}
+
 // endSegment finishes the segment out[seg:], which follows a "/": an empty
 // segment (from "//" or a trailing "/") and "." are dropped, ".." also
 // drops the segment before it, and anything else is kept and followed by
@@ -155,7 +221,11 @@ func endSegment(out []byte, seg int) (_ []byte, trailing bool) {
 //     are left as they are.
 //   - "\" is a "/" (IIS and some frameworks treat it so).
 //   - Every segment loses its ";" parameters, so "/api/login;jsessionid=x"
-//     and "/api/..;/x" (as Tomcat reads them) are "/api/login" and "/x".
+//     is "/api/login", as Tomcat reads it.
+//   - Every segment loses its trailing dots and spaces, as IIS and Windows
+//     file systems drop them: "/api/login." and "/api/login%20" are
+//     "/api/login". (A format suffix such as ".json" is kept; a rule whose
+//     last segment has no dot matches it, see Rule.Matches.)
 //   - Repeated slashes are collapsed and dot segments removed again, since
 //     decoding may have produced new ones; ".." never climbs above the
 //     root.
@@ -173,15 +243,9 @@ func MatchPath(canonical string) string {
 	dec := decodeAll(decBuf[:0], canonical)
 	out := outBuf[:0]
 	for len(dec) > 0 {
-		// Cut the next segment at "/" or "\".
-		end := 0
-		for end < len(dec) && dec[end] != '/' && dec[end] != '\\' {
-			end++
-		}
-		s := dec[:end]
-		dec = dec[min(end+1, len(dec)):]
-		if i := bytes.IndexByte(s, ';'); i >= 0 {
-			s = s[:i]
+		var s []byte
+		if s, dec = cutSegment(dec); !isDotsOnly(s) {
+			s = bytes.TrimRight(s, ". ")
 		}
 		switch {
 		case len(s) == 0 || len(s) == 1 && s[0] == '.':
@@ -200,13 +264,19 @@ func MatchPath(canonical string) string {
 	return string(out)
 }
 
+// isDotsOnly reports whether s is "." or "..", the dot segments MatchPath
+// resolves (and CanonicalPath only lets through as such).
+func isDotsOnly(s []byte) bool {
+	return len(s) == 1 && s[0] == '.' || len(s) == 2 && s[0] == '.' && s[1] == '.'
+}
+
 // decodeAll appends p to dst with every percent-escape decoded until no
 // escape is left, in one pass: whenever the bytes written so far end in an
 // escape, it is replaced by its byte, which may complete another escape
 // ("%25" "41" gives "%41", then "A"). Rewriting "%XX" to its byte has no
 // overlapping cases, so this gives the same result as decoding the whole
 // string again and again, in linear instead of quadratic time.
-func decodeAll(dst []byte, p string) []byte {
+func decodeAll[S string | []byte](dst []byte, p S) []byte {
 	for i := 0; i < len(p); i++ {
 		dst = append(dst, p[i])
 		for n := len(dst); n >= 3 && dst[n-3] == '%' && isHex(dst[n-2]) && isHex(dst[n-1]); n = len(dst) {

@@ -34,14 +34,11 @@ func TestCanonicalPath(t *testing.T) {
 		{"/..", "/"},
 		{"/../../a", "/a"},
 		{"/a/../..//../b", "/b"},
-		{"/%2e%2E/a", "/a"},
-		{"/.%2e/a", "/a"},
-		{"/api/%2e%2e/api/login", "/api/login"},
-		{"/a/%2e%2e%2fb", "/a/..%2Fb"}, // one segment: only MatchPath decodes %2F
-		{"/a/...", "/a/..."},
 		{"/a/.b/..c", "/a/.b/..c"},
+		{"/a/b./c..", "/a/b./c.."},     // MatchPath drops trailing dots
+		{"/a/%2e%2ejson", "/a/..json"}, // a file name, not a dot segment
+		{"/a/%20", "/a/%20"},
 		{"/a;b=c/d", "/a;b=c/d"},
-		{"/a/..;/b", "/a/..;/b"}, // "..;" is no dot segment here; MatchPath strips the ";"
 		{"/!$&'()*+,;=:@-._~", "/!$&'()*+,;=:@-._~"},
 		// Raw bytes that a path may not hold are encoded, not refused.
 		{"/a b", "/a%20b"},
@@ -85,6 +82,25 @@ func TestCanonicalPathErrors(t *testing.T) {
 		{"/a\nb", "invalid path: control character at byte 2"},
 		{"/a\tb", "invalid path: control character at byte 2"},
 		{"/a\x7f", "invalid path: control character at byte 2"},
+		// Segments some upstream reads as dot segments.
+		{"/%2e%2E/a", "invalid path: encoded or disguised dot segment at byte 1"},
+		{"/.%2e/a", "invalid path: encoded or disguised dot segment at byte 1"},
+		{"/api/%2E/login", "invalid path: encoded or disguised dot segment at byte 5"},
+		{"/api/%2e%2e/api/login", "invalid path: encoded or disguised dot segment at byte 5"},
+		{"/a/%252e%252e/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/%2e%2e%2fb", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/admin/..%2F..%2Fpublic", "invalid path: encoded or disguised dot segment at byte 7"},
+		{"/admin%2F..%2Fpublic", "invalid path: encoded or disguised dot segment at byte 1"},
+		{"/admin%2f.", "invalid path: encoded or disguised dot segment at byte 1"},
+		{"/a/.%2Fb", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a%5C..%5Cb", "invalid path: encoded or disguised dot segment at byte 1"},
+		{`/a\..\b`, "invalid path: encoded or disguised dot segment at byte 1"},
+		{"/a/..;/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/.;x/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/...", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/..%20/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/.%20./b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/x%2F%20.%20", "invalid path: encoded or disguised dot segment at byte 3"},
 	}
 	for _, tt := range tests {
 		got, err := CanonicalPath(tt.in)
@@ -134,6 +150,14 @@ func TestMatchPath(t *testing.T) {
 		{"/\xff", "/\uFFFD"}, // invalid UTF-8, as strings.ToLower
 		{"/a%3Fb%23c", "/a?b#c"},
 		{"api", "/api"},
+		{"/api/login.", "/api/login"},          // trailing dots and spaces go (IIS)
+		{"/api/login%20", "/api/login"},        //
+		{"/api/login.%20.", "/api/login"},      //
+		{"/api./login", "/api/login"},          // in every segment
+		{"/api/login.json", "/api/login.json"}, // a format suffix stays; Rule.Matches handles it
+		{"/api/login.json.", "/api/login.json"},
+		{"/a/...", "/a"},
+		{"/a/. ./b", "/a/b"},
 	}
 	for _, tt := range tests {
 		got := MatchPath(tt.in)
@@ -169,14 +193,17 @@ func TestPathSpellings(t *testing.T) {
 		"/api%2Flogin",
 		"/api%2flogin",
 		"/api%252Flogin",
-		"/api/%2e%2e/api/login",
-		"/api/%2E/login",
 		"//api/login",
 		"/../api/login",
 		`/api\login`,
 		"/api%5Clogin",
-		"/api/x/..%2Flogin",
 		"/api;x/login",
+		"/api/login.",
+		"/api/login%20",
+		"/api/login%2E",
+		"/api/login.%20",
+		"/API/LOGIN./",
+		"/api./login",
 	}
 	for _, s := range same {
 		c, err := CanonicalPath(s)
@@ -192,7 +219,27 @@ func TestPathSpellings(t *testing.T) {
 			t.Errorf("%q matched %d rules, want 2", s, len(got))
 		}
 	}
-	different := []string{"/api/loginx", "/api/login2", "/api/log", "/apilogin", "/api/login/x", "/api/login%2Fx", "/login", "/api", "/api/logi%6E%6E"}
+	// Format suffixes (Rails' "(.:format)", Spring's suffix patterns): the
+	// rules' last segment has no dot, so they match these too.
+	for _, s := range []string{"/api/login.json", "/api/login.xml", "/API/Login.JSON/", "/api/login.tar.gz", "/api/login.json;x", "/api/login%2Ejson", "/api/login.json.", "/api/login."} {
+		c, err := CanonicalPath(s)
+		if err != nil {
+			t.Errorf("CanonicalPath(%q): %v", s, err)
+			continue
+		}
+		if got := p.Match("POST", MatchPath(c), nil); len(got) != 2 {
+			t.Errorf("%q matched %d rules, want 2", s, len(got))
+		}
+	}
+	// Spellings that would climb out of the path for some upstream are
+	// refused, not matched under another path.
+	for _, s := range []string{"/api/%2e%2e/api/login", "/api/%2E/login", "/api/x/..%2Flogin", "/api/x%2F..%2Flogin", "/api/x/..;/login", "/api/x/...%2F../login"} {
+		if c, err := CanonicalPath(s); err == nil {
+			t.Errorf("CanonicalPath(%q) = %q, want an error", s, c)
+		}
+	}
+	different := []string{"/api/loginx", "/api/login2", "/api/log", "/apilogin", "/api/login/x", "/api/login%2Fx", "/login", "/api", "/api/logi%6E%6E",
+		"/api/loginjson", "/api/login.json/x", "/api/log.in", "/api/login-json", "/api/.login"}
 	for _, s := range different {
 		c, err := CanonicalPath(s)
 		if err != nil {

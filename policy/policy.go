@@ -67,6 +67,43 @@ func (p *Policy) Match(method, matchPath string, dst []*Rule) []*Rule {
 	return dst
 }
 
+// MatchAny is Match for a request that an upstream may treat as any of
+// several methods (its own, and the one a "_method" field asks for): every
+// rule that applies under at least one of them, each once, in source order.
+func (p *Policy) MatchAny(methods []string, matchPath string, dst []*Rule) []*Rule {
+	if p == nil {
+		return dst
+	}
+	for _, r := range p.rules {
+		if !r.matchesPath(matchPath) {
+			continue
+		}
+		for _, m := range methods {
+			if r.matchesMethod(m) {
+				dst = append(dst, r)
+				break
+			}
+		}
+	}
+	return dst
+}
+
+// MethodMatters reports whether a rule applies to matchPath under another
+// method than this one: whether a request that asks to be treated as
+// another method could bring more rules into play. When it does not, a
+// "_method" field cannot change the decision and need not be read.
+func (p *Policy) MethodMatters(method, matchPath string) bool {
+	if p == nil {
+		return false
+	}
+	for _, r := range p.rules {
+		if !r.matchesMethod(method) && r.matchesPath(matchPath) {
+			return true
+		}
+	}
+	return false
+}
+
 // Matches reports whether r applies to a request with this method and
 // match-form path.
 //
@@ -79,6 +116,12 @@ func (p *Policy) Match(method, matchPath string, dst []*Rule) []*Rule {
 // An exact rule matches its path only. A prefix rule "/api/*" (Path "/api")
 // matches "/api" and every path below it ("/api/", "/api/x"), but not
 // "/apix"; "/*" matches every path.
+//
+// When the last segment of the rule's path has no dot, a format suffix on
+// the request's last segment is ignored: "/api/login" also matches
+// "/api/login.json" and "/api/login.tar.gz", as Rails routes with their
+// optional "(.:format)" and Spring's suffix pattern matching serve them
+// there. A rule such as "/robots.txt" matches its own path only.
 func (r *Rule) Matches(method, matchPath string) bool {
 	return r.matchesMethod(method) && r.matchesPath(matchPath)
 }
@@ -97,12 +140,21 @@ func (r *Rule) matchesMethod(method string) bool {
 
 func (r *Rule) matchesPath(p string) bool {
 	switch {
-	case !r.Prefix:
-		return p == r.Path
-	case r.Path == "/":
+	case r.Prefix && r.Path == "/":
 		return strings.HasPrefix(p, "/")
+	case !strings.HasPrefix(p, r.Path):
+		return false
+	case len(p) == len(r.Path):
+		return true
+	case p[len(r.Path)] == '/':
+		return r.Prefix
+	case p[len(r.Path)] == '.':
+		// A format suffix: the rest is the last segment, and the rule's
+		// own last segment has no suffix of its own.
+		return strings.IndexByte(p[len(r.Path):], '/') < 0 &&
+			strings.IndexByte(r.Path[strings.LastIndexByte(r.Path, '/')+1:], '.') < 0
 	}
-	return strings.HasPrefix(p, r.Path) && (len(p) == len(r.Path) || p[len(r.Path)] == '/')
+	return false
 }
 
 // Spec returns the rule's limit as written in the rule language, such as

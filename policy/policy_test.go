@@ -54,6 +54,15 @@ func TestMatch(t *testing.T) {
 		{"PURGE", "/cache/x", []string{"root", "purge"}},
 		{"PURGE", "/cachex", []string{"root"}},
 		{"GET", "/cache/x", []string{"root"}},
+		// Format suffixes on the last segment.
+		{"POST", "/api/login.json", []string{"login", "api", "root"}},
+		{"POST", "/api/login.tar.gz", []string{"login", "api", "root"}},
+		{"POST", "/api/login.json/x", []string{"api", "root"}},
+		{"POST", "/api/loginx.json", []string{"api", "root"}},
+		{"GET", "/api/items.xml", []string{"items", "below", "api", "root"}}, // a prefix rule's path itself
+		{"GET", "/api/items.xml/1", []string{"api", "root"}},
+		{"GET", "/api.json", []string{"api", "root"}},
+		{"GET", "/robots.txt.json", []string{"root"}},
 	}
 	for _, tt := range tests {
 		got := names(p.Match(tt.method, tt.path, nil))
@@ -80,6 +89,70 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+func TestFormatSuffixOnlyWithoutOwnSuffix(t *testing.T) {
+	p, err := Parse("robots: GET /robots.txt by ip 1/1s; v: GET /api/v1.2/* by ip 1/1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string][]string{
+		"/robots.txt":      {"robots"},
+		"/robots.txt.json": nil, // the rule has a suffix of its own
+		"/robots.json":     nil,
+		"/api/v1.2":        {"v"},
+		"/api/v1.2/x.json": {"v"},
+		"/api/v1.2.json":   nil,
+	} {
+		if got := names(p.Match("GET", path, nil)); !slices.Equal(got, want) {
+			t.Errorf("Match(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+// TestMatchAny: a request with a "_method" field is checked against the
+// rules of both methods, each rule once.
+func TestMatchAny(t *testing.T) {
+	p, err := Parse(matchRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		methods []string
+		path    string
+		want    []string
+	}{
+		{[]string{"POST"}, "/api/items", []string{"api", "root"}},
+		{[]string{"POST", "PUT"}, "/api/items", []string{"items", "api", "root"}},
+		{[]string{"POST", "GET"}, "/api/items", []string{"items", "below", "api", "root"}},
+		{[]string{"GET", "PUT"}, "/api/items", []string{"items", "below", "api", "root"}},
+		{[]string{"DELETE", "POST"}, "/api/login", []string{"login", "api", "root"}},
+		{nil, "/api/login", nil},
+	}
+	for _, tt := range tests {
+		if got := names(p.MatchAny(tt.methods, tt.path, nil)); !slices.Equal(got, tt.want) {
+			t.Errorf("MatchAny(%q, %q) = %v, want %v", tt.methods, tt.path, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"POST", "/api/items", true},   // items and below apply to other methods
+		{"GET", "/api/items/1", false}, // every rule there applies to GET
+		{"PUT", "/api/items/1", true},  // below applies to GET
+		{"POST", "/api/login", false},
+		{"GET", "/api/login", true},
+		{"GET", "/static", false},
+	} {
+		if got := p.MethodMatters(tt.method, tt.path); got != tt.want {
+			t.Errorf("MethodMatters(%q, %q) = %v, want %v", tt.method, tt.path, got, tt.want)
+		}
+	}
+	var none *Policy
+	if none.MethodMatters("GET", "/") || len(none.MatchAny([]string{"GET"}, "/", nil)) != 0 {
+		t.Error("a nil policy matches")
+	}
+}
+
 func TestMatchAllocations(t *testing.T) {
 	p, err := Parse(matchRules)
 	if err != nil {
@@ -94,6 +167,13 @@ func TestMatchAllocations(t *testing.T) {
 	}
 	if len(dst) != 3 {
 		t.Errorf("Match found %d rules, want 3", len(dst))
+	}
+	methods := [2]string{"POST", "PUT"}
+	n = testing.AllocsPerRun(100, func() {
+		dst = p.MatchAny(methods[:], "/api/items", dst[:0])
+	})
+	if n != 0 {
+		t.Errorf("MatchAny with room in dst: %v allocations, want 0", n)
 	}
 }
 

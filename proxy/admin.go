@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +27,8 @@ type AdminConfig struct {
 	// and override changes itself.
 	Keys   KeyStore
 	Hasher *hashing.Hasher
-	// Token authorises writes; empty refuses every write.
+	// Token is the bearer token of the /v1 API. Writes always need it, and
+	// are refused when it is empty; reads need it whenever it is set.
 	Token string
 }
 
@@ -46,17 +49,42 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		writeText(w, http.StatusOK, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
+	read := func(h http.HandlerFunc) http.HandlerFunc { return guard(cfg.Token, false, h) }
+	write := func(h http.HandlerFunc) http.HandlerFunc { return guard(cfg.Token, true, h) }
+	mux.HandleFunc("GET /v1/rules", read(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy.Rules())})
-	})
+	}))
 	if cfg.Keys != nil {
-		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher, token: cfg.Token}
-		mux.HandleFunc("GET /v1/keys", api.getKey)
-		mux.HandleFunc("DELETE /v1/keys", api.deleteKey)
-		mux.HandleFunc("PUT /v1/overrides", api.putOverride)
-		mux.HandleFunc("DELETE /v1/overrides", api.deleteOverride)
+		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher}
+		mux.HandleFunc("GET /v1/keys", read(api.getKey))
+		mux.HandleFunc("DELETE /v1/keys", write(api.deleteKey))
+		mux.HandleFunc("PUT /v1/overrides", write(api.putOverride))
+		mux.HandleFunc("DELETE /v1/overrides", write(api.deleteOverride))
 	}
 	return mux
+}
+
+// guard lets a /v1 request through to h only with the bearer token: always
+// for a write, which is refused with 403 while no token is configured, and
+// for a read whenever a token is configured, since the counters tell
+// whether an address or an IP was active recently. A missing or wrong token
+// is 401.
+func guard(token string, write bool, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case token == "" && write:
+			writeProblem(w, problem{Status: http.StatusForbidden, Detail: "admin writes are disabled: set SLUICE_ADMIN_TOKEN"})
+			return
+		case token != "":
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+				writeProblem(w, problem{Status: http.StatusUnauthorized, Detail: "a valid Authorization: Bearer token is required"})
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 func writeText(w http.ResponseWriter, status int, s string) {

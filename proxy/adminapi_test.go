@@ -75,7 +75,7 @@ func TestAdminKeys(t *testing.T) {
 	for range 3 {
 		call(t, "POST", f.public.URL+"/api/login", "", "")
 	}
-	code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "", "")
+	code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule=login&ip=127.0.0.1", "s3cret", "")
 	var k keyJSON
 	if code != 200 || json.Unmarshal([]byte(body), &k) != nil || k.Count != 2 || k.Remaining != 0 || k.Limit != 2 || k.Window != "1m" || k.ResetAfter != 60 {
 		t.Fatalf("GET key: %d %s", code, body)
@@ -93,6 +93,40 @@ func TestAdminKeys(t *testing.T) {
 	}
 	if code, _ := call(t, "POST", f.public.URL+"/api/login", "", ""); code != 200 {
 		t.Fatalf("after reset: %d", code)
+	}
+}
+
+// TestAdminToken: with a token configured, every /v1 request needs it, so
+// GET /v1/keys is no oracle of whether an address or IP was active; without
+// one, reads are open and writes refused. Health and metrics never need it.
+func TestAdminToken(t *testing.T) {
+	for _, tc := range []struct {
+		token, send, method, path string
+		want                      int
+	}{
+		{"s3cret", "", "GET", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "wrong", "GET", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "s3cret2", "GET", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "s3cret", "GET", "/v1/keys?rule=reset&email=victim@example.com", 200},
+		{"s3cret", "", "GET", "/v1/rules", 401},
+		{"s3cret", "s3cret", "GET", "/v1/rules", 200},
+		{"s3cret", "", "DELETE", "/v1/keys?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "", "PUT", "/v1/overrides?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "", "DELETE", "/v1/overrides?rule=reset&email=victim@example.com", 401},
+		{"s3cret", "s3cret", "DELETE", "/v1/keys?rule=reset&email=victim@example.com", 204},
+		{"s3cret", "", "GET", "/healthz", 200},
+		{"s3cret", "", "GET", "/readyz", 200},
+		{"s3cret", "", "GET", "/metrics", 200},
+		{"", "", "GET", "/v1/keys?rule=reset&email=victim@example.com", 200},
+		{"", "", "GET", "/v1/rules", 200},
+		{"", "anything", "DELETE", "/v1/keys?rule=reset&email=victim@example.com", 403},
+		{"", "", "PUT", "/v1/overrides?rule=reset&email=victim@example.com", 403},
+	} {
+		f := newAdminFixture(t, "reset: POST /api/reset by email 3/1h", tc.token)
+		code, body := call(t, tc.method, f.admin.URL+tc.path, tc.send, "")
+		if code != tc.want {
+			t.Errorf("token %q, sent %q: %s %s = %d, want %d (%s)", tc.token, tc.send, tc.method, tc.path, code, tc.want, body)
+		}
 	}
 }
 
@@ -146,6 +180,8 @@ func TestAdminErrors(t *testing.T) {
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant or header, got ip, email"},
 		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
+		{"GET", "/v1/keys?rule=login&email=%EF%BB%BFa@b.c", "", "", 400, "email: holds an invisible format character"},
+		{"GET", "/v1/keys?rule=login&tenant=a%09b", "", "", 400, "tenant: holds a control character"},
 		{"DELETE", "/v1/keys?rule=login&ip=1.2.3.4", "x", "", 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
 		{"PUT", "/v1/overrides?rule=login&ip=1.2.3.4", "x", `{"limit":1,"window":"1m"}`, 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
 	} {

@@ -1,17 +1,17 @@
-// Package proxy is sluice's HTTP side: it canonicalises each request, works
-// out the rate-limit keys of the rules that match it, asks the limiter, and
-// either answers 429 (or 503) itself or forwards the request upstream.
+// Package proxy is sluice's HTTP side: it canonicalises each request,
+// works out the rate-limit keys of the rules that match it, asks the
+// limiter, and either answers 429 (or 503) itself or forwards the request
+// upstream.
 //
-// Everything about HTTP lives here: client IP derivation, identifier
-// extraction, forwarding headers and the wire format of responses.
+// Request hygiene (hop-by-hop and spoofable headers, buffered bodies),
+// forwarding, the wire format of responses and the admin API live here;
+// reading identifiers from a request lives in the identity sub-package.
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/identity"
 )
 
 // Config configures a Proxy. Upstream, Policy, Limiter and Hasher are
@@ -38,9 +39,10 @@ type Config struct {
 	Limiter  *limiter.Limiter
 	Hasher   *hashing.Hasher
 	// Trusted lists the proxies whose X-Forwarded-For is believed.
-	Trusted TrustedProxies
-	// MaxBodyBytes bounds the body read to find an identifier; larger
-	// bodies on routes that need one get 413. Zero means 64 KiB.
+	Trusted identity.TrustedProxies
+	// MaxBodyBytes bounds the request bodies that are buffered whole
+	// before they are forwarded: larger ones get 413 on routes whose rules
+	// read the body, and are streamed elsewhere. Zero means 64 KiB.
 	MaxBodyBytes int64
 	Headers      HeaderFamilies
 	// Transport reaches the upstreams; nil means NewTransport().
@@ -57,15 +59,17 @@ type Proxy struct {
 	log     *zap.Logger
 	global  string // the key every "by global" rule counts
 	states  sync.Pool
+	bodies  *bodyPool
 	upNames []string // metric label per route, then the default upstream
 }
 
-// requestState holds the per-request scratch slices, pooled so a decision
+// requestState holds the per-request scratch space, pooled so a decision
 // allocates as little as possible.
 type requestState struct {
 	rules   []*policy.Rule
 	checks  []limiter.Check
 	outcome limiter.Outcome
+	ident   identity.Request
 }
 
 // New returns a Proxy for cfg.
@@ -86,6 +90,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		global: cfg.Hasher.Key(policy.ByGlobal, ""),
+		bodies: newBodyPool(cfg.MaxBodyBytes),
 	}
 	p.states.New = func() any { return new(requestState) }
 	for _, r := range cfg.Routes {
@@ -114,14 +119,18 @@ func New(cfg Config) (*Proxy, error) {
 
 // ServeHTTP decides r against every matching rule and forwards it or
 // answers it.
+//
+// Everything is read from the request as the upstream will receive it:
+// hop-by-hop headers are removed first, the path is the canonical one the
+// upstream is sent, the body is the buffered one it is sent, and the
+// methods are its own and the one a "_method" field asks for.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	canonical, err := policy.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
 		return
 	}
-	match := policy.MatchPath(canonical)
-
+	removeHopByHop(r.Header)
 	// The client IP is read before the forwarding headers are stripped;
 	// from here on, the only forwarding header is the one sluice sets.
 	client := p.cfg.Trusted.ClientIP(r.RemoteAddr, r.Header)
@@ -134,38 +143,67 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.URL.Path, r.URL.RawPath = unescaped, canonical
 	}
+	match := policy.MatchPath(canonical)
 
 	st := p.states.Get().(*requestState)
 	defer func() {
 		clear(st.checks)
 		clear(st.rules)
 		st.checks, st.rules = st.checks[:0], st.rules[:0]
+		st.ident.Reset("", nil, nil, false)
 		p.states.Put(st)
 	}()
 	// Methods are case-sensitive on the wire, but some frameworks
 	// upper-case them; matching upper-case means "post" cannot slip past a
 	// POST rule. The request is forwarded with the method as sent.
-	st.rules = p.cfg.Policy.Match(upperMethod(r.Method), match, st.rules[:0])
+	method := upperMethod(r.Method)
+	st.rules = p.cfg.Policy.Match(method, match, st.rules[:0])
+	// A "_method" field can only matter where some rule applies to the
+	// path under another method; only then is it read.
+	override := p.cfg.Policy.MethodMatters(method, match)
+	contentType := r.Header["Content-Type"]
+	need := needsBody(st.rules) || override && identity.ReadsBody(contentType)
+
+	body, err := p.bufferBody(r, need)
+	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			writeProblem(w, problem{Status: http.StatusRequestEntityTooLarge, Detail: "request body is larger than " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes"})
+			return
+		}
+		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "the request body could not be read whole (malformed chunked framing, or fewer bytes than its Content-Length)"})
+		return
+	}
+	var buffered []byte
+	streamed := false
+	if body != nil {
+		defer body.done()
+		buffered, streamed = body.buf, body.rest != nil
+	} else if r.ContentLength > 0 {
+		streamed = true // over the limit on a route that does not need it
+	}
+	st.ident.Reset(r.URL.RawQuery, contentType, buffered, streamed)
+
+	if override {
+		m, err := st.ident.Method()
+		if err != nil {
+			writeProblem(w, problem{Status: http.StatusBadRequest, Detail: err.Error()})
+			return
+		}
+		if m != "" && m != method {
+			methods := [2]string{method, m}
+			st.rules = p.cfg.Policy.MatchAny(methods[:], match, st.rules[:0])
+		}
+	}
 	if len(st.rules) == 0 {
 		p.forward(w, r, match, p.plain)
 		return
 	}
 
-	var body []byte
-	if needsBody(st.rules) {
-		b, status, err := readBody(r, p.cfg.MaxBodyBytes)
-		if err != nil {
-			writeProblem(w, problem{Status: status, Detail: err.Error()})
-			return
-		}
-		body = b
-	}
-
 	ipKey := ""
 	for _, rule := range st.rules {
-		key, err := p.key(r, rule, client, body, &ipKey)
+		key, err := p.key(r, &st.ident, rule, client, &ipKey)
 		if err != nil {
-			writeProblem(w, problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s': %v", rule.Name, err)})
+			writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "rule '" + rule.Name + "': " + err.Error()})
 			return
 		}
 		st.checks = append(st.checks, limiter.Check{Rule: rule, Key: key})
@@ -197,7 +235,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // key returns the hashed identity that rule counts r by. A rule whose
 // identifier is absent counts the client IP instead, so leaving the
 // identifier out never escapes the limit.
-func (p *Proxy) key(r *http.Request, rule *policy.Rule, client netip.Addr, body []byte, ipKey *string) (string, error) {
+func (p *Proxy) key(r *http.Request, ident *identity.Request, rule *policy.Rule, client netip.Addr, ipKey *string) (string, error) {
 	var (
 		value string
 		found bool
@@ -207,19 +245,9 @@ func (p *Proxy) key(r *http.Request, rule *policy.Rule, client netip.Addr, body 
 	case policy.ByGlobal:
 		return p.global, nil
 	case policy.ByEmail:
-		// A query Go cannot parse (a ";" separator, a bad escape) may still
-		// be read by the upstream, so it is ambiguous rather than absent.
-		query, qerr := url.ParseQuery(r.URL.RawQuery)
-		if qerr != nil {
-			return "", errors.New("malformed query string")
-		}
-		value, found, err = emailFromRequest(r.Header.Get("Content-Type"), body, query, rule.Identity.Field)
-		if found {
-			value = hashing.CanonicalEmail(value)
-			found = value != ""
-		}
+		value, found, err = ident.Email(rule.Identity.Field)
 	case policy.ByTenant, policy.ByHeader:
-		value, found, err = headerIdentity(r.Header, rule.Identity.Field)
+		value, found, err = identity.Header(r.Header, rule.Identity.Field)
 	}
 	if err != nil {
 		return "", err
@@ -236,30 +264,6 @@ func (p *Proxy) key(r *http.Request, rule *policy.Rule, client netip.Addr, body 
 // needsBody reports whether any rule reads its identifier from the body.
 func needsBody(rules []*policy.Rule) bool {
 	return slices.ContainsFunc(rules, func(r *policy.Rule) bool { return r.Identity.Kind == policy.ByEmail })
-}
-
-// readBody buffers r's body up to max bytes and puts it back for the
-// upstream byte for byte. It returns the HTTP status to answer on failure.
-func readBody(r *http.Request, max int64) ([]byte, int, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, 0, nil
-	}
-	if r.ContentLength > max {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is larger than %d bytes", max)
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	r.Body.Close()
-	if err != nil {
-		return nil, http.StatusBadRequest, errors.New("request body could not be read")
-	}
-	if int64(len(b)) > max {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is larger than %d bytes", max)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	r.ContentLength = int64(len(b))
-	r.TransferEncoding = nil
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	return b, 0, nil
 }
 
 // tooMany answers 429 for the denying rule with the longest wait.

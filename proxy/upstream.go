@@ -22,22 +22,43 @@ type Route struct {
 }
 
 // ParseUpstream parses an upstream base URL: http or https, with a host, no
-// query or fragment.
+// query, fragment or user info. Its errors quote s with any user info,
+// query and fragment masked (see RedactURL), since a password there must
+// not reach a log or a terminal.
 func ParseUpstream(s string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil {
-		return nil, fmt.Errorf("not a URL: %q", s)
+		return nil, fmt.Errorf("not a URL: %q", RedactURL(s))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("expected an http:// or https:// URL, got %q", s)
+		return nil, fmt.Errorf("expected an http:// or https:// URL, got %q", RedactURL(s))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("expected a host in %q", s)
+		return nil, fmt.Errorf("expected a host in %q", RedactURL(s))
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("expected no query, fragment or user info in %q", s)
+		return nil, fmt.Errorf("expected no query, fragment or user info in %q", RedactURL(s))
 	}
 	return u, nil
+}
+
+// RedactURL returns s, a URL or something meant as one, for a message:
+// everything before the last '@' (after a "scheme://") is replaced by
+// "xxxxx", as are a query and a fragment, so that no password or token in
+// it is repeated. It works on strings that do not parse as URLs too, where
+// a password is as likely to be.
+func RedactURL(s string) string {
+	prefix, rest := "", s
+	if i := strings.Index(s, "://"); i >= 0 {
+		prefix, rest = s[:i+3], s[i+3:]
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = "xxxxx@" + rest[at+1:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i+1] + "xxxxx"
+	}
+	return prefix + rest
 }
 
 // ParseRoutes parses SLUICE_ROUTES: comma-separated prefix=URL pairs such as
@@ -54,7 +75,7 @@ func ParseRoutes(s string) ([]Route, error) {
 		}
 		prefix, target, ok := strings.Cut(entry, "=")
 		if !ok || !strings.HasPrefix(prefix, "/") {
-			errs = append(errs, fmt.Errorf("expected /prefix/=http://host:port, got %q", entry))
+			errs = append(errs, fmt.Errorf("expected /prefix/=http://host:port, got %q", RedactURL(entry)))
 			continue
 		}
 		u, err := ParseUpstream(target)

@@ -1,4 +1,4 @@
-package proxy
+package identity
 
 import (
 	"net/http"
@@ -77,8 +77,8 @@ func TestTrustedProxiesContains(t *testing.T) {
 	}
 }
 
-// cipTestHeader builds a header holding the given lines for each name.
-func cipTestHeader(kv ...string) http.Header {
+// testHeader builds a header holding the given lines for each name.
+func testHeader(kv ...string) http.Header {
 	h := http.Header{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		h.Add(kv[i], kv[i+1])
@@ -108,84 +108,84 @@ func TestClientIP(t *testing.T) {
 		{name: "empty peer", remote: "", want: "0.0.0.0"},
 		{
 			name: "spoofed XFF from untrusted peer ignored", remote: "203.0.113.5:1",
-			h: cipTestHeader(xff, "1.1.1.1"), want: "203.0.113.5",
+			h: testHeader(xff, "1.1.1.1"), want: "203.0.113.5",
 		},
 		{
 			name: "spoofed XFF ignored without any trusted proxies", tp: TrustedProxies{}, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "1.1.1.1"), want: "10.0.0.1",
+			h: testHeader(xff, "1.1.1.1"), want: "10.0.0.1",
 		},
 		{
 			name: "X-Real-IP, Forwarded and friends never consulted", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader("X-Real-Ip", "1.1.1.1", "Forwarded", "for=2.2.2.2", "True-Client-Ip", "3.3.3.3",
+			h: testHeader("X-Real-Ip", "1.1.1.1", "Forwarded", "for=2.2.2.2", "True-Client-Ip", "3.3.3.3",
 				"Cf-Connecting-Ip", "4.4.4.4"),
 			want: "10.0.0.1",
 		},
 		{
 			name: "trusted peer, one entry", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "198.51.100.9"), want: "198.51.100.9",
+			h: testHeader(xff, "198.51.100.9"), want: "198.51.100.9",
 		},
 		{
 			name: "client-prepended entries left of the real one ignored", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "6.6.6.6, 7.7.7.7, 198.51.100.9, 10.0.0.2"), want: "198.51.100.9",
+			h: testHeader(xff, "6.6.6.6, 7.7.7.7, 198.51.100.9, 10.0.0.2"), want: "198.51.100.9",
 		},
 		{
 			name: "several XFF lines read in order", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "6.6.6.6, 198.51.100.9", xff, "10.0.0.3", xff, "10.0.0.2 , "), want: "198.51.100.9",
+			h: testHeader(xff, "6.6.6.6, 198.51.100.9", xff, "10.0.0.3", xff, "10.0.0.2 , "), want: "198.51.100.9",
 		},
 		{
 			name: "last line untrusted wins over earlier lines", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "6.6.6.6", xff, "198.51.100.9"), want: "198.51.100.9",
+			h: testHeader(xff, "6.6.6.6", xff, "198.51.100.9"), want: "198.51.100.9",
 		},
 		{
 			name: "all trusted: leftmost", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "10.9.9.9, 10.0.0.3", xff, "10.0.0.2"), want: "10.9.9.9",
+			h: testHeader(xff, "10.9.9.9, 10.0.0.3", xff, "10.0.0.2"), want: "10.9.9.9",
 		},
 		{
 			name: "trusted peer, no XFF", tp: trusted, remote: "10.0.0.1:1", want: "10.0.0.1",
 		},
 		{
 			name: "trusted peer, empty XFF entries", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, " , ,"), want: "10.0.0.1",
+			h: testHeader(xff, " , ,"), want: "10.0.0.1",
 		},
 		{
 			name: "garbage rightmost untrusted entry falls back to peer", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "198.51.100.9, unknown"), want: "10.0.0.1",
+			h: testHeader(xff, "198.51.100.9, unknown"), want: "10.0.0.1",
 		},
 		{
 			name: "garbage left of the client entry is never reached", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "<script>, 198.51.100.9, 10.0.0.2"), want: "198.51.100.9",
+			h: testHeader(xff, "<script>, 198.51.100.9, 10.0.0.2"), want: "198.51.100.9",
 		},
 		{
 			name: "garbage in an all-trusted chain falls back to peer", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "bogus, 10.0.0.2"), want: "10.0.0.1",
+			h: testHeader(xff, "bogus, 10.0.0.2"), want: "10.0.0.1",
 		},
 		{
 			name: "entries with ports", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "198.51.100.9:5555, 10.0.0.2:80"), want: "198.51.100.9",
+			h: testHeader(xff, "198.51.100.9:5555, 10.0.0.2:80"), want: "198.51.100.9",
 		},
 		{
 			name: "bracketed IPv6 with port", tp: trusted, remote: "[fd00::1]:443",
-			h: cipTestHeader(xff, "[2001:db8::7]:5555, [fd00::2]"), want: "2001:db8::7",
+			h: testHeader(xff, "[2001:db8::7]:5555, [fd00::2]"), want: "2001:db8::7",
 		},
 		{
 			name: "bare IPv6 entry", tp: trusted, remote: "[fd00::1]:443",
-			h: cipTestHeader(xff, "2001:db8::7"), want: "2001:db8::7",
+			h: testHeader(xff, "2001:db8::7"), want: "2001:db8::7",
 		},
 		{
 			name: "IPv4-mapped entry is unmapped", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "::ffff:198.51.100.9"), want: "198.51.100.9",
+			h: testHeader(xff, "::ffff:198.51.100.9"), want: "198.51.100.9",
 		},
 		{
 			name: "IPv4-mapped trusted peer", tp: trusted, remote: "[::ffff:10.0.0.1]:1",
-			h: cipTestHeader(xff, "198.51.100.9"), want: "198.51.100.9",
+			h: testHeader(xff, "198.51.100.9"), want: "198.51.100.9",
 		},
 		{
 			name: "bad port falls back to peer", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "198.51.100.9:99999"), want: "10.0.0.1",
+			h: testHeader(xff, "198.51.100.9:99999"), want: "10.0.0.1",
 		},
 		{
 			name: "unterminated bracket falls back to peer", tp: trusted, remote: "10.0.0.1:1",
-			h: cipTestHeader(xff, "[2001:db8::7"), want: "10.0.0.1",
+			h: testHeader(xff, "[2001:db8::7"), want: "10.0.0.1",
 		},
 		{
 			name: "lower-case header key from a raw map is not read", tp: trusted, remote: "10.0.0.1:1",

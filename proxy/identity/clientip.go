@@ -1,4 +1,4 @@
-package proxy
+package identity
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ func ParseTrustedProxies(s string) (TrustedProxies, error) {
 		if entry == "" {
 			continue
 		}
-		p, ok := cipParseTrusted(entry)
+		p, ok := parseTrusted(entry)
 		if !ok {
 			bad = append(bad, `"`+entry+`"`)
 			continue
@@ -45,8 +45,8 @@ func ParseTrustedProxies(s string) (TrustedProxies, error) {
 	return tp, nil
 }
 
-// cipParseTrusted parses one SLUICE_TRUSTED_PROXIES entry.
-func cipParseTrusted(entry string) (netip.Prefix, bool) {
+// parseTrusted parses one SLUICE_TRUSTED_PROXIES entry.
+func parseTrusted(entry string) (netip.Prefix, bool) {
 	var p netip.Prefix
 	if strings.Contains(entry, "/") {
 		var err error
@@ -92,9 +92,9 @@ func (tp TrustedProxies) String() string {
 	return strings.Join(parts, ",")
 }
 
-// ClientIP returns the address of the client that sent a request, as SPEC
-// section 4 defines it. remoteAddr is http.Request.RemoteAddr ("ip:port",
-// "[v6]:port"; a bare address is accepted too).
+// ClientIP returns the address of the client that sent a request.
+// remoteAddr is http.Request.RemoteAddr ("ip:port", "[v6]:port"; a bare
+// address is accepted too).
 //
 // It is the TCP peer, unless the peer is a trusted proxy. Then it is the
 // rightmost address, across every X-Forwarded-For line of h in order, that
@@ -119,7 +119,7 @@ func (tp TrustedProxies) String() string {
 // ClientIP allocates nothing unless an entry is unparseable or carries a
 // zone.
 func (tp TrustedProxies) ClientIP(remoteAddr string, h http.Header) netip.Addr {
-	peer, ok := cipParseHost(remoteAddr)
+	peer, ok := parseHost(remoteAddr)
 	if !ok {
 		return netip.IPv4Unspecified()
 	}
@@ -141,7 +141,7 @@ func (tp TrustedProxies) ClientIP(remoteAddr string, h http.Header) netip.Addr {
 			if entry == "" {
 				continue
 			}
-			a, ok := cipParseHost(entry)
+			a, ok := parseHost(entry)
 			if !ok {
 				return peer
 			}
@@ -154,9 +154,9 @@ func (tp TrustedProxies) ClientIP(remoteAddr string, h http.Header) netip.Addr {
 	return leftmost
 }
 
-// cipParseHost parses "ip", "ip:port", "[v6]" or "[v6]:port", returning the
+// parseHost parses "ip", "ip:port", "[v6]" or "[v6]:port", returning the
 // address unmapped and without zone.
-func cipParseHost(s string) (netip.Addr, bool) {
+func parseHost(s string) (netip.Addr, bool) {
 	host := s
 	if strings.HasPrefix(s, "[") {
 		end := strings.IndexByte(s, ']')
@@ -164,13 +164,13 @@ func cipParseHost(s string) (netip.Addr, bool) {
 			return netip.Addr{}, false
 		}
 		host = s[1:end]
-		if rest := s[end+1:]; rest != "" && !cipValidPort(rest) {
+		if rest := s[end+1:]; rest != "" && !validPort(rest) {
 			return netip.Addr{}, false
 		}
 	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
 		// Exactly one colon: IPv4 with a port (IPv6 has at least two).
 		host = s[:i]
-		if !cipValidPort(s[i:]) {
+		if !validPort(s[i:]) {
 			return netip.Addr{}, false
 		}
 	}
@@ -181,8 +181,8 @@ func cipParseHost(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// cipValidPort reports whether s is ":" followed by a decimal port number.
-func cipValidPort(s string) bool {
+// validPort reports whether s is ":" followed by a decimal port number.
+func validPort(s string) bool {
 	if len(s) < 2 || len(s) > 6 || s[0] != ':' {
 		return false
 	}

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/memory"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// benchProxy returns a Proxy for rules on memory stores, in front of an
+// upstream that reads every body, as a real one would, and answers "ok".
+func benchProxy(b *testing.B, rules string) *Proxy {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	b.Cleanup(up.Close)
+	pol, err := policy.Parse(rules)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim, _ := limiter.New(limiter.Config{Store: memory.New(), Local: memory.New(), Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000})
+	h, _ := hashing.New([]byte("bench-key-0123456789"))
+	upURL, _ := url.Parse(up.URL)
+	p, err := New(Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+func BenchmarkProxy(b *testing.B) {
+	p := benchProxy(b, "login: POST /api/login by ip 1000000000/1h")
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/api/login", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+	}
+}
+
+// BenchmarkProxyBody measures requests with bodies: an identifier read from
+// a JSON body, and bodies on routes whose rules need none (matched by an IP
+// rule, or matched by no rule at all), small and large.
+func BenchmarkProxyBody(b *testing.B) {
+	p := benchProxy(b, "reset: POST /api/reset by email 1000000000/1h; login: POST /api/login by ip 1000000000/1h")
+	login := []byte(`{"email":"victim@example.com","password":"correct horse battery staple","remember_me":true,` +
+		`"device":{"id":"3f1a9c2e-0b7d-4e11-9a6f-5c2d8e7b1a40","platform":"web"},"captcha":"03AGdBq25xYz"}`)
+	blob := bytes.Repeat([]byte("0123456789abcdef"), 1024) // 16 KiB
+	for _, bc := range []struct {
+		name, path, ct string
+		body           []byte
+	}{
+		{"email-json-200B", "/api/reset", "application/json", login},
+		{"ip-json-200B", "/api/login", "application/json", login},
+		{"ip-16KiB", "/api/login", "application/octet-stream", blob},
+		{"unmatched-16KiB", "/upload", "application/octet-stream", blob},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest("POST", bc.path, bytes.NewReader(bc.body))
+				req.Header.Set("Content-Type", bc.ct)
+				req.RemoteAddr = "192.0.2.1:1234"
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, req)
+				if w.Code != 200 || !strings.HasPrefix(w.Body.String(), "ok") {
+					b.Fatal(w.Code, w.Body.String())
+				}
+			}
+		})
+	}
+}

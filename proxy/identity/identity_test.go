@@ -1,0 +1,69 @@
+package identity
+
+import (
+	"net/http"
+	"testing"
+)
+
+func TestHeader(t *testing.T) {
+	tests := []struct {
+		name string
+		h    http.Header
+		want string // "" with err false: not found
+		err  bool
+	}{
+		{name: "present", h: http.Header{"X-Tenant-Id": {"acme"}}, want: "acme"},
+		{name: "case kept", h: http.Header{"X-Tenant-Id": {"AcMe"}}, want: "AcMe"},
+		{name: "trimmed", h: http.Header{"X-Tenant-Id": {"  acme\t"}}, want: "acme"},
+		{name: "Unicode white space trimmed", h: http.Header{"X-Tenant-Id": {"\u00a0acme\u3000"}}, want: "acme"},
+		{name: "missing", h: http.Header{"X-Other": {"acme"}}},
+		{name: "empty", h: http.Header{"X-Tenant-Id": {""}}},
+		{name: "blank", h: http.Header{"X-Tenant-Id": {"  "}}},
+		{name: "two lines", h: http.Header{"X-Tenant-Id": {"acme", "evil"}}, err: true},
+		{name: "two equal lines", h: http.Header{"X-Tenant-Id": {"acme", "acme"}}, err: true},
+		{name: "list", h: http.Header{"X-Tenant-Id": {"acme, evil"}}, err: true},
+		{name: "empty list element", h: http.Header{"X-Tenant-Id": {"acme,"}}, err: true},
+		{name: "non-canonical key", h: http.Header{"x-tenant-id": {"acme"}}, want: "acme"},
+		{name: "underscore variant beside", h: http.Header{"X-Tenant-Id": {"acme"}, "X_tenant_id": {"evil"}}, err: true},
+		{name: "tab inside", h: http.Header{"X-Tenant-Id": {"ac\tme"}}, err: true},
+		{name: "C1 control", h: http.Header{"X-Tenant-Id": {"acme\u0085x"}}, err: true},
+		{name: "DEL", h: http.Header{"X-Tenant-Id": {"acme\x7f"}}, err: true},
+		{name: "zero width space", h: http.Header{"X-Tenant-Id": {"acme\u200b"}}, err: true},
+		{name: "BOM", h: http.Header{"X-Tenant-Id": {"\ufeffacme"}}, err: true},
+		{name: "obs-text (not UTF-8)", h: http.Header{"X-Tenant-Id": {"acme\xa0"}}, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, found, err := Header(tt.h, "X-Tenant-Id")
+			if tt.err {
+				expectError(t, err, "acme", "evil")
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if got != tt.want || found != (tt.want != "") {
+				t.Errorf("got %q, %v; want %q", got, found, tt.want)
+			}
+		})
+	}
+}
+
+func TestHeaderNameEqual(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"X-Tenant-Id", "x_tenant_ID", true},
+		{"X-Tenant-Id", "X-Tenant-Id", true},
+		{"X-Tenant-Id", "X-Tenant-Ix", false},
+		{"X-Tenant-Id", "X-Tenant-I", false},
+		{"a-b", "A_B", true},
+		{"\u212A", "k", false}, // header names are ASCII: no Unicode folding
+	}
+	for _, tt := range tests {
+		if got := HeaderNameEqual(tt.a, tt.b); got != tt.want {
+			t.Errorf("HeaderNameEqual(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

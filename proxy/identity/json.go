@@ -1,0 +1,253 @@
+package identity
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// jsonField reads field from the top level of the JSON object body.
+// present reports whether a key matching the field appears (see
+// matchName); value is its string value, not canonicalised, and "" for a
+// null, which the caller treats as absent (as encoding/json does when it
+// decodes null into a string).
+//
+// json.Valid first checks the whole body with encoding/json's own scanner
+// (the grammar, nesting depth, and that nothing but white space follows the
+// value), so sluice and a Go upstream agree on what is malformed. The top
+// level of the now known-valid body is then walked by jsonWalker, which
+// skips every value it does not need without building it; keys and the one
+// value it needs are unescaped by encoding/json whenever they hold an escape
+// or invalid UTF-8 ("\u0065mail" is "email"). A json.Decoder.Token walk
+// gives the same answers (the tests hold it to that) but costs dozens of
+// allocations per body, where this costs one or two.
+//
+// *Errors: a malformed body, one that is not an object, the field given
+// twice (whatever the values), in array syntax, or with a value that is
+// not a string or null: a number, bool, array or object, since sluice must
+// not guess which element or member the upstream would take. A body that is
+// not valid UTF-8, and a value with an unpaired surrogate escape
+// ("\ud800"), are refused as well: Go and JavaScript decoders replace or
+// keep what Python and PHP refuse, so upstreams read different values.
+func jsonField(body []byte, field string) (value string, present bool, err error) {
+	if !json.Valid(body) {
+		return "", false, errorf("the JSON body is malformed")
+	}
+	if !utf8.Valid(body) {
+		return "", false, errorf("the JSON body is not valid UTF-8")
+	}
+	w := jsonWalker{b: body}
+	if w.next() != '{' {
+		return "", false, errorf("the JSON body is not an object")
+	}
+	w.i++
+	if w.next() == '}' {
+		return "", false, nil
+	}
+	for {
+		key, ok := w.str()
+		if !ok {
+			return "", false, errorf("the JSON body is malformed")
+		}
+		m := jsonKeyMatch(key, field)
+		if w.next() != ':' {
+			return "", false, errorf("the JSON body is malformed")
+		}
+		w.i++
+		switch c := w.next(); {
+		case m == nameOther:
+			w.skip()
+		case m == nameNested:
+			return "", false, errorf("field ", quote(field), " in the JSON body is given as an array or object")
+		case present:
+			return "", false, errorf("field ", quote(field), " appears more than once in the JSON body (keys match case-insensitively, with white space trimmed)")
+		case c == '"':
+			present = true
+			raw, _ := w.str()
+			if jsonLoneSurrogate(raw) {
+				return "", false, errorf("field ", quote(field), " in the JSON body is not valid UTF-16 (an unpaired surrogate)")
+			}
+			if value, ok = jsonString(raw); !ok {
+				return "", false, errorf("the JSON body is malformed")
+			}
+		case c == 'n':
+			present = true
+			w.skip()
+		default:
+			return "", false, errorf("field ", quote(field), " in the JSON body is not a string")
+		}
+		switch w.next() {
+		case ',':
+			w.i++
+			continue
+		case '}':
+		default:
+			return "", false, errorf("the JSON body is malformed")
+		}
+		return value, present, nil
+	}
+}
+
+// jsonWalker steps through a body that json.Valid accepted. Every method
+// still checks bounds, so a walker bug cannot panic; it would only misread,
+// which the differential fuzz test against json.Decoder guards.
+type jsonWalker struct {
+	b []byte
+	i int
+}
+
+// next skips white space and returns the next byte, or 0 at the end.
+func (w *jsonWalker) next() byte {
+	for w.i < len(w.b) {
+		switch c := w.b[w.i]; c {
+		case ' ', '\t', '\r', '\n':
+			w.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// str consumes the string at w.i, returning it with its quotes.
+func (w *jsonWalker) str() ([]byte, bool) {
+	if w.next() != '"' {
+		return nil, false
+	}
+	start := w.i
+	for w.i++; w.i < len(w.b); w.i++ {
+		switch w.b[w.i] {
+		case '\\':
+			w.i++ // the escaped byte cannot end the string
+		case '"':
+			w.i++
+			return w.b[start:w.i], true
+		}
+	}
+	return nil, false
+}
+
+// skip consumes the value at w.i: a string, an object or array with
+// everything nested in it, or a literal (number, true, false, null).
+func (w *jsonWalker) skip() {
+	depth := 0
+	for {
+		switch w.next() {
+		case 0:
+			return
+		case '"':
+			if _, ok := w.str(); !ok {
+				return
+			}
+		case '{', '[':
+			depth++
+			w.i++
+		case '}', ']':
+			depth--
+			w.i++
+		case ',', ':':
+			if depth == 0 {
+				return
+			}
+			w.i++
+		default: // a literal: up to the next delimiter
+			for w.i < len(w.b) && !jsonDelim(w.b[w.i]) {
+				w.i++
+			}
+		}
+		if depth <= 0 {
+			return
+		}
+	}
+}
+
+// jsonDelim reports whether c ends a JSON literal.
+func jsonDelim(c byte) bool {
+	switch c {
+	case ',', '}', ']', ':', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
+
+// jsonKeyMatch compares the quoted JSON string raw, once unescaped, with
+// field (see matchName).
+func jsonKeyMatch(raw []byte, field string) nameMatch {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		// The conversion does not escape, so short keys do not allocate.
+		return matchName(string(inner), field)
+	}
+	key, ok := jsonString(raw)
+	if !ok {
+		return nameOther
+	}
+	return matchName(key, field)
+}
+
+// jsonString unescapes the quoted JSON string raw exactly as encoding/json
+// does (invalid UTF-8 and lone surrogates become U+FFFD).
+func jsonString(raw []byte) (string, bool) {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// jsonLoneSurrogate reports whether the quoted JSON string raw holds a
+// \u escape of a surrogate (U+D800–U+DFFF) that is not a high surrogate
+// followed at once by an escaped low one.
+func jsonLoneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(raw) || raw[i] != 'u' {
+			continue // a one-character escape; the loop steps past it
+		}
+		r, ok := jsonHex4(raw, i+1)
+		if !ok {
+			return false // json.Valid rules this out
+		}
+		i += 4
+		switch {
+		case r < 0xD800 || r > 0xDFFF:
+		case r >= 0xDC00:
+			return true // a low surrogate first
+		default:
+			lo, ok := jsonHex4(raw, i+3)
+			if i+2 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' || !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// jsonHex4 decodes the four hex digits at raw[i:].
+func jsonHex4(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range raw[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
