@@ -77,7 +77,7 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		BatchWait:          batchWait(cfg),
 		AsynchronousCommit: cfg.DBSyncCommit == "off",
 	}
-	pool, err := openPool(cfg, opts)
+	pool, err := openPool(cfg, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -132,16 +132,20 @@ func (b *backend) waitReady(ctx context.Context, timeout time.Duration) bool {
 	}
 }
 
-// openPool makes the connection pool of the configured database, set up
-// for a store with opts. It connects nothing yet.
-func openPool(cfg *config, opts postgres.Options) (*pgxpool.Pool, error) {
+// openPool makes the connection pool of the configured database; with a
+// store's opts, set up for that store (postgres.ConfigurePool: warm
+// connections only), without them a plain one (for migrations). It
+// connects nothing yet.
+func openPool(cfg *config, opts *postgres.Options) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.databaseURL)
 	if err != nil {
 		return nil, errors.New("SLUICE_DATABASE_URL: not a valid Postgres connection string")
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "sluice"
-	if err := postgres.ConfigurePool(pc, opts); err != nil {
-		return nil, err
+	if opts != nil {
+		if err := postgres.ConfigurePool(pc, *opts); err != nil {
+			return nil, err
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {

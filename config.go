@@ -40,7 +40,7 @@ type settings struct {
 	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
 	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
 	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`
-	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
+	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"off"`
 	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
 	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
 	MemoryMaxKeys  int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000"`

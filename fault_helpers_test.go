@@ -317,8 +317,13 @@ var allowedStatus = map[string][]int{
 	"/local":  {200},      // fail=local: a fresh key is under any limit
 }
 
+// trafficRuns numbers the runs of startTraffic, so that each uses keys of
+// its own.
+var trafficRuns atomic.Int64
+
 func startTraffic(gws []*faultGateway, workers int) *traffic {
 	tr := &traffic{stopc: make(chan struct{})}
+	run := trafficRuns.Add(1)
 	paths := []string{"/open", "/closed", "/local"}
 	for w := range workers {
 		tr.wg.Go(func() {
@@ -330,7 +335,7 @@ func startTraffic(gws []*faultGateway, workers int) *traffic {
 				}
 				path := paths[i%len(paths)]
 				g := gws[(w+i)%len(gws)]
-				r, err := g.post(path, fmt.Sprintf("bg-%d-%d", w, i))
+				r, err := g.post(path, fmt.Sprintf("bg-%d-%d-%d", run, w, i))
 				tr.n.Add(1)
 				switch {
 				case err != nil:

@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
@@ -538,7 +538,7 @@ func TestFaultPgBouncer(t *testing.T) {
 	bouncer := c.NewPgBouncer(t, map[string]string{"pool_mode": "transaction", "default_pool_size": "8"})
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, c.URL(), 2)
-	if _, err := migrations.Up(ctx, pool, "sluice"); err != nil {
+	if _, err := postgres.Migrate(ctx, pool, "sluice"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
-	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -203,7 +203,7 @@ func serve(ctx context.Context, cfg *config) error {
 
 // applyMigrations brings the schema up to date.
 func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
-	n, err := migrations.Up(ctx, pool, schema)
+	n, err := postgres.Migrate(ctx, pool, schema)
 	if err != nil {
 		return n, fmt.Errorf("migrate schema %s: %w", schema, err)
 	}

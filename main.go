@@ -18,8 +18,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/sluicehq/sluice/limiter/postgres"
 )
 
 func main() {
@@ -98,7 +96,7 @@ func migrate(ctx context.Context, cfg *config, stdout io.Writer) error {
 	if cfg.databaseURL == "" {
 		return errors.New("migrate: no database configured: set SLUICE_DATABASE_URL")
 	}
-	pool, err := openPool(cfg, postgres.Options{Schema: cfg.DBSchema})
+	pool, err := openPool(cfg, nil)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,12 @@
 // Up is safe to run from many processes at once: it serialises them with
 // a session-level advisory lock whose key is derived from the schema name,
 // so two schemas in one database migrate independently.
+//
+// Besides the numbered files, Up installs Definitions: objects that are
+// replaced whole rather than changed step by step (a function), each kept
+// as one versioned file beside the code that uses it, so that changing the
+// object means editing that file and raising its version, not copying it
+// into a new migration.
 package migrations
 
 import (
@@ -109,6 +115,47 @@ func Load(schema string) ([]Migration, error) {
 	return ms, nil
 }
 
+// Definition is an object that Up installs with CREATE OR REPLACE after
+// the numbered migrations, when the schema holds an older version of it or
+// none; the version installed is recorded in the schema's
+// schema_definitions table.
+type Definition struct {
+	// Name identifies the object, e.g. "decide".
+	Name string
+	// Version increases with every change of SQL.
+	Version int
+	// SQL creates or replaces the object, naming the schema with
+	// Placeholder. It may hold several statements.
+	SQL string
+}
+
+// versionLine is the header that gives a definition file's version.
+var versionLine = regexp.MustCompile(`(?m)^-- version: ([0-9]+)$`)
+
+// ParseDefinition returns the Definition name whose SQL is text, with the
+// version its "-- version: N" line gives.
+func ParseDefinition(name, text string) (Definition, error) {
+	m := versionLine.FindStringSubmatch(text)
+	if m == nil {
+		return Definition{}, fmt.Errorf("definition %s: no \"-- version: N\" line", name)
+	}
+	v, err := strconv.Atoi(m[1])
+	if err != nil || v < 1 {
+		return Definition{}, fmt.Errorf("definition %s: version %q: must be a whole number from 1", name, m[1])
+	}
+	return Definition{Name: name, Version: v, SQL: text}, nil
+}
+
+// DefinitionVersion returns the version of the definition name that
+// schema holds, 0 when none.
+func DefinitionVersion(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema, name string) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+pgx.Identifier{schema, "schema_definitions"}.Sanitize()+" WHERE name = $1", name).Scan(&v)
+	return v, err
+}
+
 // Latest returns the version of the newest embedded migration: the
 // version a schema must have reached for this binary to use it.
 func Latest() int {
@@ -138,9 +185,14 @@ func AdvisoryLockKey(purpose, schema string) int64 {
 // before Up returns; if releasing fails, the connection is closed instead
 // of being returned to the pool, which releases the lock too.
 //
+// Then, in the same session and under the same lock, it installs each of
+// defs whose version the schema does not hold yet (never an older one over
+// a newer), each in its own transaction with its row in
+// schema_definitions, and counts those too.
+//
 // Up needs a real session: point it at Postgres directly (or at a pooler in
 // session mode), not through a transaction-mode pooler.
-func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (applied int, err error) {
+func Up(ctx context.Context, pool *pgxpool.Pool, schema string, defs ...Definition) (applied int, err error) {
 	ms, err := Load(schema)
 	if err != nil {
 		return 0, err
@@ -218,7 +270,32 @@ func Up(ctx context.Context, pool *pgxpool.Pool, schema string) (applied int, er
 		}
 		applied++
 	}
+	for _, d := range defs {
+		have, err := DefinitionVersion(ctx, conn, schema, d.Name)
+		if err != nil {
+			return applied, fmt.Errorf("migrate %s: read the version of %s: %w", schema, d.Name, err)
+		}
+		if have >= d.Version {
+			continue
+		}
+		if err := install(ctx, conn.Conn(), quoted, d); err != nil {
+			return applied, fmt.Errorf("migrate %s: install %s version %d: %w", schema, d.Name, d.Version, err)
+		}
+		applied++
+	}
 	return applied, nil
+}
+
+// install runs one definition and records its version, in one transaction.
+func install(ctx context.Context, conn *pgx.Conn, quotedSchema string, d Definition) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(d.SQL, Placeholder, quotedSchema)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+quotedSchema+".schema_definitions (name, version) VALUES ($1, $2) "+
+			"ON CONFLICT (name) DO UPDATE SET version = excluded.version, applied_at = now()", d.Name, d.Version)
+		return err
+	})
 }
 
 // apply runs one migration and records it, in one transaction.

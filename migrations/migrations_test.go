@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -62,8 +63,8 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) < 3 {
-		t.Fatalf("got %d migrations, want at least 3", len(ms))
+	if len(ms) != migrations.Latest() || len(ms) < 5 {
+		t.Fatalf("got %d migrations, Latest %d; want the same, at least 5", len(ms), migrations.Latest())
 	}
 	for i, m := range ms {
 		if m.Version != i+1 {
@@ -72,7 +73,7 @@ func TestLoad(t *testing.T) {
 		if strings.Contains(m.SQL, migrations.Placeholder) {
 			t.Errorf("%04d_%s: placeholder left in SQL", m.Version, m.Name)
 		}
-		if !strings.Contains(m.SQL, `"my_schema".`) {
+		if strings.Contains(strings.ToUpper(stripComments(m.SQL)), "CREATE ") && !strings.Contains(m.SQL, `"my_schema".`) {
 			t.Errorf("%04d_%s: objects not qualified with the schema", m.Version, m.Name)
 		}
 		if strings.Contains(strings.ToLower(m.SQL), "public.") {
@@ -82,6 +83,17 @@ func TestLoad(t *testing.T) {
 	if _, err := migrations.Load("Bad-Name"); err == nil {
 		t.Error("Load accepted an invalid schema name")
 	}
+}
+
+// stripComments drops the "--" comment lines of sql.
+func stripComments(sql string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(sql, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 func TestAdvisoryLockKey(t *testing.T) {
@@ -308,5 +320,63 @@ func TestUpLeastPrivilege(t *testing.T) {
 	}
 	if n, err := migrations.Up(ctx, as(reader), schema); err != nil || n != 0 {
 		t.Fatalf("Up on a current schema as a role that may only read = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestDefinitions: Up installs a definition the schema does not hold,
+// records its version, leaves it alone at the same version, replaces it
+// with a newer one and never with an older one.
+func TestDefinitions(t *testing.T) {
+	schema := freshSchema(t)
+	pool := pgtest.NewPool(t, pgtest.URL(), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	def := func(version int, answer string) migrations.Definition {
+		d, err := migrations.ParseDefinition("answer", fmt.Sprintf(
+			"-- version: %d\nCREATE OR REPLACE FUNCTION {{schema}}.answer() RETURNS text LANGUAGE sql AS $$ SELECT '%s' $$;\n", version, answer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	answer := func() string {
+		t.Helper()
+		var s string
+		if err := pool.QueryRow(ctx, "SELECT "+pgx.Identifier{schema}.Sanitize()+".answer()").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ms, err := migrations.Load(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		def     migrations.Definition
+		applied int
+		answer  string
+		version int
+	}{
+		{def(1, "one"), len(ms) + 1, "one", 1},
+		{def(1, "one again"), 0, "one", 1}, // same version: left alone
+		{def(3, "three"), 1, "three", 3},
+		{def(2, "two"), 0, "three", 3}, // older: never over a newer one
+	}
+	for i, s := range steps {
+		n, err := migrations.Up(ctx, pool, schema, s.def)
+		if err != nil || n != s.applied {
+			t.Fatalf("step %d: Up = %d, %v; want %d applied", i, n, err, s.applied)
+		}
+		if got := answer(); got != s.answer {
+			t.Errorf("step %d: the function answers %q, want %q", i, got, s.answer)
+		}
+		if v, err := migrations.DefinitionVersion(ctx, pool, schema, "answer"); err != nil || v != s.version {
+			t.Errorf("step %d: recorded version %d, %v; want %d", i, v, err, s.version)
+		}
+	}
+	for _, text := range []string{"SELECT 1", "-- version: 0\nSELECT 1", "-- version: x\nSELECT 1"} {
+		if _, err := migrations.ParseDefinition("bad", text); err == nil {
+			t.Errorf("ParseDefinition accepted %q", text)
+		}
 	}
 }

@@ -249,7 +249,9 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 	// Step 3: consume.
 	for i, c := range checks {
 		w := &ws[i]
-		if (allowed && w.ok) || (!allowed && c.Rule.CountAll) {
+		// A count=all check counts every request, whatever its own verdict
+		// and the request's; any other check only what it let through.
+		if (allowed && w.ok) || c.Rule.CountAll {
 			if w.ctr == nil {
 				// Another check of this decision may have created it.
 				if w.ctr = w.sh.counters[w.ck]; w.ctr == nil {

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -90,8 +89,18 @@ func (s *Store) Probe(ctx context.Context) error {
 func (s *Store) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
+	// On a pool of its own, without the store pool's AfterConnect: the
+	// store's connections are warmed with a decision as they are made,
+	// which needs the schema this step migrates and checks.
+	cfg := s.pool.Config()
+	cfg.AfterConnect, cfg.MinConns, cfg.MaxConns = nil, 0, 1
+	plain, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("postgres store: %w", err)
+	}
+	defer plain.Close()
 	if s.opts.Migrate {
-		n, err := migrations.Up(ctx, s.pool, s.schema)
+		n, err := Migrate(ctx, plain, s.schema)
 		if err != nil {
 			return fmt.Errorf("postgres store: %w", s.fault(err))
 		}
@@ -99,17 +108,15 @@ func (s *Store) setup(ctx context.Context) error {
 			s.log.Info("migrated the schema", zap.String("schema", s.schema), zap.Int("applied", n))
 		}
 	}
-	var version int
-	if err := s.pool.QueryRow(ctx, s.q.schemaVersion).Scan(&version); err != nil {
+	if err := s.checkSchema(ctx, plain); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined_table, invalid_schema_name
 			return fmt.Errorf("postgres store: schema %q is not migrated (run sluice migrate, or leave SLUICE_AUTO_MIGRATE on): %w", s.schema, s.fault(err))
 		}
-		return fmt.Errorf("postgres store: read the schema's version: %w", s.fault(err))
-	}
-	if want := migrations.Latest(); version < want {
-		return &faultError{kind: limiter.ErrorUndefinedTable, err: fmt.Errorf(
-			"postgres store: schema %q is at migration %d, this sluice needs %d: run sluice migrate", s.schema, version, want)}
+		if errors.As(err, &pgErr) {
+			return fmt.Errorf("postgres store: read the schema's version: %w", s.fault(err))
+		}
+		return &faultError{kind: limiter.ErrorUndefinedTable, err: fmt.Errorf("postgres store: %w", err)}
 	}
 	if err := s.RefreshOverrides(ctx); err != nil {
 		return fmt.Errorf("postgres store: %w", s.fault(err))
@@ -237,16 +244,21 @@ func (s *Store) trip(err error) {
 //   - MinConns, unless the connection string set pool_min_conns, becomes
 //     MaxInFlight+1 (within MaxConns): the batcher's connections and one
 //     for the background work and the admin API stay open and warm while
-//     the gateway is idle, and a probe makes them before the store is
-//     ready.
+//     the gateway is idle, and pgxpool replaces them in the background
+//     when they reach their lifetime, not on a decision's time.
 //   - Every new connection is warmed before the pool hands it out: it
 //     first runs sql/warm_backend.sql, which stops the server process from
 //     handing freed memory back to the kernel after every transaction (see
 //     the file), then one probe decision in a rolled-back transaction,
 //     which prepares the decide statement on the connection and compiles
-//     and plans the decide function in its server process. A connection
-//     made before the schema is migrated skips the decision. An
-//     AfterConnect already in cfg runs after that.
+//     and plans the decide function in its server process (tens of
+//     milliseconds the first time, more than a decision's deadline on a
+//     loaded machine). A connection that cannot make that decision (the
+//     schema is not migrated yet) is not kept: the pool holds warm
+//     connections only. An AfterConnect already in cfg runs after that.
+//
+// The store migrates and checks the schema on a pool of its own, without
+// this AfterConnect; so does `sluice migrate`.
 func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -263,7 +275,7 @@ func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
 			return fmt.Errorf("postgres store: set up connection: %w", err)
 		}
 		// The connection's own deadline is the caller's, not a decision's.
-		if err := probeConn(ctx, c, decide, warmTimeout); err != nil && !notMigrated(err) {
+		if err := probeConn(ctx, c, decide, warmTimeout); err != nil {
 			return fmt.Errorf("postgres store: warm connection: %w", err)
 		}
 		if next != nil {
@@ -272,20 +284,6 @@ func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
 		return nil
 	}
 	return nil
-}
-
-// notMigrated reports whether err says sluice's schema objects are not
-// there (yet).
-func notMigrated(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "42P01", "42883", "3F000": // undefined_table, undefined_function, invalid_schema_name
-		return true
-	}
-	return false
 }
 
 var warmBackendSQL = func() string {

@@ -5,20 +5,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 )
 
 // The background poll: every PollInterval, while the store is ready, one
 // round trip reads the key events (admin resets and override changes made
-// on any instance) and the overrides' generation, and the pool's idle
-// connections are pinged. It is the heartbeat that tells an idle instance
-// that the database went away: a failure trips the breaker, which drops the
-// pool and keeps decisions off the database until a probe has made
-// everything warm again.
+// on any instance) and the overrides' generation. It is the heartbeat that
+// tells an idle instance that the database went away: a failure trips the
+// breaker, which drops the pool and keeps decisions off the database until
+// a probe has made everything warm again. (Pooled connections that died
+// while idle are found by pgxpool itself, which pings a connection idle for
+// more than a second before handing it out; the poll does not hold the
+// idle connections to ping them, since a decision arriving meanwhile would
+// have to make a new one.)
 
-// pollTimeout bounds one poll: the ping of the idle connections and the
-// query. A database that cannot answer that within it is not deciding
+// pollTimeout bounds one poll. A database that cannot answer that within it is not deciding
 // within any decision's deadline either.
 const pollTimeout = 2 * time.Second
 
@@ -58,15 +59,11 @@ func (s *Store) runPoll(ctx context.Context) {
 	}
 }
 
-// poll pings the idle connections, forgets the keys of the events since
-// since (µs), refreshes the overrides if their generation moved, and
-// returns the database's clock.
+// poll forgets the keys of the events since since (µs), refreshes the
+// overrides if their generation moved, and returns the database's clock.
 func (s *Store) poll(ctx context.Context, since int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
-	if err := s.pingIdle(ctx); err != nil {
-		return 0, err
-	}
 	rows, err := s.pool.Query(ctx, s.q.poll, since)
 	if err != nil {
 		return 0, s.fault(err)
@@ -98,32 +95,6 @@ func (s *Store) poll(ctx context.Context, since int64) (int64, error) {
 		}
 	}
 	return now, nil
-}
-
-// pingIdle pings every idle pooled connection at once and closes the ones
-// that do not answer, so that a connection the server dropped while the
-// instance was idle is found by the heartbeat, not by a decision. It
-// returns the first error.
-func (s *Store) pingIdle(ctx context.Context) error {
-	conns := s.pool.AcquireAllIdle(ctx)
-	errs := make(chan error, len(conns))
-	for _, c := range conns {
-		go func(c *pgxpool.Conn) {
-			err := c.Ping(ctx)
-			if err != nil {
-				c.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a broken connection
-			}
-			c.Release() // a closed connection leaves the pool
-			errs <- err
-		}(c)
-	}
-	var first error
-	for range conns {
-		if err := <-errs; err != nil && first == nil {
-			first = s.fault(err)
-		}
-	}
-	return first
 }
 
 // stateLog logs the failures of a background loop on changes of state

@@ -595,6 +595,34 @@ func TestProbeUnmigrated(t *testing.T) {
 	}
 }
 
+// TestProbeOldDefinition: a schema whose decide function is older than
+// this build's is not ready; the probe names the command to run, and a
+// store allowed to migrate brings the function up to date itself.
+func TestProbeOldDefinition(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "schema_definitions"}.Sanitize()+" SET version = 1 WHERE name = 'decide'"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(db.Pool, postgres.Options{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Probe(ctx); err == nil || !strings.Contains(err.Error(), "holds version 1 of decide") || !strings.Contains(err.Error(), "run sluice migrate") {
+		t.Fatalf("Probe with an old decide function: %v", err)
+	}
+	m, err := postgres.New(db.Pool, postgres.Options{Schema: db.Schema, Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Probe(ctx); err != nil {
+		t.Fatalf("Probe of a store that may migrate: %v", err)
+	}
+	if err := s.Probe(ctx); err != nil {
+		t.Fatalf("Probe after the migration: %v", err)
+	}
+}
+
 // TestRandomAgainstSequential compares random batches with the same
 // decisions made one by one on another schema.
 func TestRandomAgainstSequential(t *testing.T) {
@@ -718,5 +746,80 @@ func TestNewKeyRace(t *testing.T) {
 		if used := c.r.Limit - res.Remaining; used != c.want {
 			t.Errorf("%s used %d, want %d", c.r.Name, used, c.want)
 		}
+	}
+}
+
+// TestNewHotKeyWaits: decisions that each meet a new key another
+// transaction is creating, and hold no other counter, wait for its lock in
+// the canonical order instead of failing and being sent again: when
+// several gateways meet on a new hot key, each decides in one statement.
+func TestNewHotKeyWaits(t *testing.T) {
+	db := pgtest.New(t)
+	clk := newClock(base)
+	ctx := context.Background()
+	hot := fixed("hot", 10, time.Minute)
+	stores := []*postgres.Store{
+		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
+		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
+		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
+	}
+	// Another gateway is creating the counter: its insert is not committed.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
+	if _, err := tx.Exec(ctx, "INSERT INTO "+counters+" (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')"); err != nil {
+		t.Fatal(err)
+	}
+	before := uint64(0)
+	for _, s := range stores {
+		before += s.BatchStats().Statements
+	}
+	done := make(chan error, len(stores))
+	for _, s := range stores {
+		go func() {
+			res := make([]limiter.Result, 1)
+			_, err := s.Decide(ctx, []limiter.Check{chk(hot, "k")}, res)
+			done <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == len(stores) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d decisions wait for the new key's creator", waiting, len(stores))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range stores {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := uint64(0)
+	for _, s := range stores {
+		after += s.BatchStats().Statements
+	}
+	if n := after - before; n != uint64(len(stores)) {
+		t.Errorf("%d statements for %d decisions: some failed on the new key's lock and were sent again", n, len(stores))
+	}
+	res, err := stores[0].Peek(ctx, chk(hot, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := hot.Limit - res.Remaining; used != int64(len(stores)) {
+		t.Errorf("the hot key used %d, want %d", used, len(stores))
 	}
 }

@@ -515,6 +515,20 @@ func testShadow(t *testing.T, newStore Factory) {
 			{30 * s, checks(chk(sh, "k")), true, []want{deny(0, 90*s, 30*s)}},
 		})
 	})
+	t.Run("CountAllCountsWhatItWouldDeny", func(t *testing.T) {
+		// A shadow rule with count=all counts as the enforced rule would:
+		// every request, including the ones it would have denied, while the
+		// request itself goes through. T = 30 s, τ = 60 s: the counted
+		// denial moves tat to +90s.
+		sh := with(with(token("sh", 2, time.Minute, 2), shadow), countAll)
+		r := fixed("r", 10, time.Minute)
+		runSteps(t, newStore, []step{
+			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{ok(1, 30*s), ok(9, 60*s)}},
+			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{ok(0, 60*s), ok(8, 60*s)}},
+			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{deny(0, 90*s, 60*s), ok(7, 60*s)}},
+			{60 * s, checks(chk(sh, "k")), true, []want{ok(0, 120*s)}},
+		})
+	})
 	t.Run("DeniedRequestConsumesNothing", func(t *testing.T) {
 		sh := with(fixed("sh", 5, time.Minute), shadow)
 		gate := fixed("gate", 1, time.Minute)

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/limiter/postgres"
 )
 
 // EnvURL names the environment variable that points tests at a database.
@@ -70,7 +70,7 @@ func New(t testing.TB) *DB {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
-	if _, err := migrations.Up(ctx, pool, schema); err != nil {
+	if _, err := postgres.Migrate(ctx, pool, schema); err != nil {
 		t.Fatalf("pgtest: migrate schema %s: %v", schema, err)
 	}
 	return &DB{URL: url, Schema: schema, Pool: pool}

@@ -1,0 +1,539 @@
+//go:build unix
+
+package main
+
+// Fault tests of the moments that are not calm: a start, and the moment
+// after an outage heals. The promise under test: once /readyz answers 200,
+// decisions are exact at once; no request passes on a failed decision
+// while the database answers.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+)
+
+// readyz returns the status of the gateway's /readyz.
+func (g *faultGateway) readyz(t *testing.T) int {
+	t.Helper()
+	res, err := faultClient.Get(g.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// waitReady waits until every gateway's /readyz answers 200.
+func waitReady(t *testing.T, gws []*faultGateway, limit time.Duration) time.Duration {
+	t.Helper()
+	return waitFor(t, limit, "every /readyz answers 200", func() bool {
+		for _, g := range gws {
+			if g.readyz(t) != 200 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// expectExactNow bursts 20 concurrent requests on a fresh key of each of
+// the closed and the local rule (limit 5 each), spread over gws: exactly 5
+// of each pass, the rest get 429, none 503. It is the check that follows
+// every healing: the store must decide, not the fail modes.
+func expectExactNow(t *testing.T, gws []*faultGateway, key string) {
+	t.Helper()
+	for _, path := range []string{"/closed", "/local"} {
+		if codes := burst(t, gws, path, key, 20); codes[200] != 5 || codes[429] != 15 {
+			states := make([]float64, len(gws))
+			for i, g := range gws {
+				states[i] = g.breakerState(t)
+			}
+			t.Fatalf("right after every /readyz said 200: 20 requests on a fresh key of %s (limit 5): %v, want 5×200 and 15×429 (breaker states %v)",
+				path, codes, states)
+		}
+	}
+}
+
+// readinessWatch checks, until stopped, that every gateway's /readyz agrees
+// with its breaker: a sample whose breaker state did not change while
+// /readyz was asked must see 200 exactly when the breaker is closed.
+type readinessWatch struct {
+	stop    chan struct{}
+	done    sync.WaitGroup
+	samples atomic.Int64
+	mu      sync.Mutex
+	bad     []string
+}
+
+func watchReadiness(gws []*faultGateway) *readinessWatch {
+	w := &readinessWatch{stop: make(chan struct{})}
+	for i, g := range gws {
+		w.done.Go(func() {
+			for {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				before := g.g.backend.breaker.State()
+				res, err := faultClient.Get(g.admin + "/readyz")
+				if err != nil {
+					w.fail(fmt.Sprintf("gateway %d: %v", i, err))
+					return
+				}
+				res.Body.Close()
+				after := g.g.backend.breaker.State()
+				if before == after {
+					w.samples.Add(1)
+					if ready := res.StatusCode == http.StatusOK; ready != (before == limiter.BreakerClosed) {
+						w.fail(fmt.Sprintf("gateway %d: /readyz %d with the breaker %v", i, res.StatusCode, before))
+					}
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	return w
+}
+
+func (w *readinessWatch) fail(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.bad) < 10 {
+		w.bad = append(w.bad, s)
+	}
+}
+
+func (w *readinessWatch) check(t *testing.T) {
+	t.Helper()
+	close(w.stop)
+	w.done.Wait()
+	if len(w.bad) > 0 {
+		t.Errorf("/readyz and the breaker disagreed: %v", w.bad)
+	}
+	t.Logf("/readyz agreed with the breaker in %d samples", w.samples.Load())
+}
+
+// TestFaultIdleInstanceRecovers: two gateways on one database, traffic on
+// one only. The database stops for a moment and starts again. Once both
+// /readyz answer 200, a burst spread over both lets exactly the limit
+// through: the idle one learnt of the outage by itself and made its pool
+// warm again before saying ready. Ten times.
+func TestFaultIdleInstanceRecovers(t *testing.T) {
+	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	up := newUpstream(t)
+	env := faultEnv(up.URL, c.URL())
+	busy, idle := startFault(t, env), startFault(t, env)
+	gws := []*faultGateway{busy, idle}
+	waitReady(t, gws, 10*time.Second)
+	expectExactNow(t, gws, "before")
+	watch := watchReadiness(gws)
+
+	for i := range 10 {
+		bg := startTraffic([]*faultGateway{busy}, 1)
+		c.Stop(t)
+		waitFor(t, 10*time.Second, "both breakers open", func() bool {
+			return busy.breakerState(t) != 0 && idle.breakerState(t) != 0
+		})
+		time.Sleep(500 * time.Millisecond) // an outage of a moment
+		c.Start(t)
+		took := waitReady(t, gws, 20*time.Second)
+		bg.stop(t)
+		expectExactNow(t, gws, fmt.Sprint("after-", i))
+		t.Logf("outage %d: ready %v after the database started", i+1, took)
+	}
+	watch.check(t)
+}
+
+// TestFaultPauseAndKill: under traffic on every gateway, Postgres is
+// paused (SIGSTOP: connections stay open, nothing answers), resumed, then
+// killed (SIGKILL: a crash) and started again (crash recovery). Once every
+// /readyz answers 200, fresh keys of a fail=local and a fail=closed rule
+// get exactly their limit, and no 503. /readyz never says 200 while a
+// breaker is open. Ten times.
+func TestFaultPauseAndKill(t *testing.T) {
+	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	up := newUpstream(t)
+	env := faultEnv(up.URL, c.URL())
+	gws := []*faultGateway{startFault(t, env), startFault(t, env), startFault(t, env)}
+	waitReady(t, gws, 10*time.Second)
+	watch := watchReadiness(gws)
+
+	for i := range 10 {
+		bg := startTraffic(gws, 3)
+		c.Pause(t)
+		waitFor(t, 10*time.Second, "every breaker opens while Postgres is paused", func() bool {
+			for _, g := range gws {
+				if g.breakerState(t) == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		c.Resume(t)
+		time.Sleep(200 * time.Millisecond) // the backlog of the pause meets the probes
+		c.Kill(t)
+		c.Start(t)
+		took := waitReady(t, gws, 30*time.Second)
+		bg.stop(t)
+		expectExactNow(t, gws, fmt.Sprint("healed-", i))
+		t.Logf("round %d: ready %v after Postgres started again", i+1, took)
+	}
+	watch.check(t)
+}
+
+// TestFaultRestartUnderTraffic: Postgres restarts in the middle of steady
+// traffic. Decisions that fail while it is down apply their modes; a key
+// the database had found over its limit is never let through, during the
+// outage (the fast path remembers it) or after; and once every /readyz
+// answers 200 the store decides fresh keys exactly.
+func TestFaultRestartUnderTraffic(t *testing.T) {
+	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	up := newUpstream(t)
+	env := faultEnv(up.URL, c.URL())
+	gws := []*faultGateway{startFault(t, env), startFault(t, env)}
+	waitReady(t, gws, 10*time.Second)
+	expectExactNow(t, gws, "used-up") // both keys at their limit now
+
+	var leaked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				g := gws[(w+i)%len(gws)]
+				for _, path := range []string{"/closed", "/local"} {
+					r, err := g.post(path, "used-up")
+					if err == nil && r.status == 200 {
+						leaked.Add(1)
+					}
+				}
+				g.post("/open", fmt.Sprintf("steady-%d-%d", w, i)) //nolint:errcheck // traffic
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	c.Stop(t)
+	time.Sleep(time.Second)
+	c.Start(t)
+	took := waitReady(t, gws, 20*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if n := leaked.Load(); n > 0 {
+		t.Errorf("a key over its limit got %d requests through across the restart", n)
+	}
+	expectExactNow(t, gws, "after-restart")
+	t.Logf("ready %v after Postgres started again", took)
+}
+
+// TestFaultStartWithoutDatabase: a gateway starts while its database is
+// down. Its public listener opens after SLUICE_START_TIMEOUT, not before;
+// meanwhile /readyz answers 503; every request then gets its rule's fail
+// mode. The database starts: without a restart the gateway becomes ready
+// and decides exactly, with a second gateway that started later.
+func TestFaultStartWithoutDatabase(t *testing.T) {
+	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	c.Stop(t)
+	up := newUpstream(t)
+	env := faultEnv(up.URL, c.URL())
+	env["SLUICE_DB_SCHEMA"] = "fresh" // migrated in the background, once the database answers
+	env["SLUICE_START_TIMEOUT"] = "1500ms"
+	g, r, public := serveGatewayAsync(t, env, zap.NewNop(), nil)
+	began := time.Now()
+	fg := &faultGateway{admin: r.admin, g: g, stop: r.stop}
+	if code := fg.readyz(t); code != 503 {
+		t.Errorf("/readyz %d with the database down, want 503", code)
+	}
+	select {
+	case fg.url = <-public:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the public listener never opened")
+	}
+	if opened := time.Since(began); opened < 1400*time.Millisecond {
+		t.Errorf("the public listener opened %v after the start, before SLUICE_START_TIMEOUT (1.5s)", opened)
+	}
+	for i := range 7 {
+		if r := fg.mustPost(t, "/open", "k"); r.status != 200 {
+			t.Errorf("fail=open without a database: %d", r.status)
+		}
+		if r := fg.mustPost(t, "/closed", "k"); r.status != 503 {
+			t.Errorf("fail=closed without a database: %d", r.status)
+		}
+		if r, want := fg.mustPost(t, "/local", "k"), map[bool]int{true: 200, false: 429}[i < 5]; r.status != want {
+			t.Errorf("fail=local request %d without a database: %d, want %d", i+1, r.status, want)
+		}
+	}
+	if code := fg.readyz(t); code != 503 {
+		t.Errorf("/readyz %d with the database down, want 503", code)
+	}
+
+	c.Start(t)
+	second := startFault(t, env)
+	gws := []*faultGateway{fg, second}
+	took := waitReady(t, gws, 20*time.Second)
+	expectExactNow(t, gws, "after-start")
+	t.Logf("ready %v after the database started", took)
+}
+
+// TestFaultColdStartUnderLoad: three gateways, real processes of the
+// sluice binary, start at once on an empty schema while two busy processes
+// keep both cores of the machine busy. The moment each public port
+// accepts, it gets ten concurrent requests on one key of limit 5 (of a
+// fail=local rule, which a failed decision would let through per
+// instance): exactly 5 of the 30 pass, ten times out of ten. Each
+// gateway's listener opens only once its store is ready: migrated, pool
+// connected and warm.
+func TestFaultColdStartUnderLoad(t *testing.T) {
+	bin := sluiceBinary(t)
+	db := pgtest.New(t) // for its connection; each run makes a schema of its own
+	up := newUpstream(t)
+	for run := range 10 {
+		schema := fmt.Sprintf("%s_cold%d", db.Schema, run)
+		t.Cleanup(func() {
+			db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck // best effort
+		})
+		stopLoad := busyCores(t, 2)
+		var (
+			mu    sync.Mutex
+			codes = map[int]int{}
+			wg    sync.WaitGroup
+			procs []*process
+		)
+		for range 3 {
+			p := startProcess(t, bin, map[string]string{
+				"SLUICE_UPSTREAM":     up.URL,
+				"SLUICE_RULES":        faultRules,
+				"SLUICE_DATABASE_URL": db.URL,
+				"SLUICE_DB_SCHEMA":    schema,
+				"SLUICE_HASH_KEY":     "fault-test-secret-0123456789",
+			})
+			procs = append(procs, p)
+			wg.Go(func() {
+				if !p.waitAccepts(60 * time.Second) {
+					t.Errorf("a public port did not accept within 60s:\n%s", p.output())
+					return
+				}
+				g := &faultGateway{url: "http://" + p.public}
+				var inner sync.WaitGroup
+				for range 10 {
+					inner.Go(func() {
+						rep, err := g.post("/local", "cold")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						codes[rep.status]++
+						mu.Unlock()
+					})
+				}
+				inner.Wait()
+			})
+		}
+		wg.Wait()
+		stopLoad()
+		var metrics []string
+		for _, p := range procs {
+			metrics = append(metrics, p.storeMetrics())
+			p.stop(t)
+		}
+		if codes[200] != 5 || codes[429] != 25 {
+			var logs []string
+			for i, p := range procs {
+				logs = append(logs, metrics[i], p.output())
+			}
+			t.Fatalf("run %d: 30 requests at the moment three cold gateways opened, on a loaded machine: %v, want 5×200 and 25×429; logs:\n%s",
+				run+1, codes, strings.Join(logs, "\n"))
+		}
+	}
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// sluiceBinary builds the sluice binary once per test run, as users build
+// it (no race detector), and returns its path.
+func sluiceBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "sluice")
+		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// process is a sluice binary running as a child of the test, on free
+// loopback ports, its output collected.
+type process struct {
+	cmd           *exec.Cmd
+	public, admin string
+	out           *lockedBuffer
+	exited        chan struct{}
+}
+
+// startProcess starts bin with env plus free SLUICE_LISTEN and
+// SLUICE_ADMIN_LISTEN ports; it is killed if the test binary dies, and
+// stopped when the test ends.
+func startProcess(t *testing.T, bin string, env map[string]string) *process {
+	t.Helper()
+	p := &process{public: freeAddr(t), admin: freeAddr(t), out: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = []string{"SLUICE_LISTEN=" + p.public, "SLUICE_ADMIN_LISTEN=" + p.admin, "SLUICE_LOG_LEVEL=warn"}
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { defer close(p.exited); p.cmd.Wait() }() //nolint:errcheck // the exit is what is waited for
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// waitAccepts waits until the public port accepts a connection.
+func (p *process) waitAccepts(limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", p.public, time.Second); err == nil {
+			c.Close()
+			return true
+		}
+		select {
+		case <-p.exited:
+			return false
+		case <-time.After(2 * time.Millisecond): // the port opening is an external event: poll it
+		}
+	}
+	return false
+}
+
+// stop sends SIGTERM and waits for the process to exit.
+func (p *process) stop(t *testing.T) {
+	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill() //nolint:errcheck
+		t.Errorf("sluice did not stop within 30s of SIGTERM:\n%s", p.output())
+		<-p.exited
+	}
+}
+
+func (p *process) output() string { return p.out.String() }
+
+// storeMetrics returns the store's latency histogram and statement count
+// from the process's /metrics, for failure messages.
+func (p *process) storeMetrics() string {
+	res, err := faultClient.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, "sluice_store_duration_seconds_bucket") || strings.HasPrefix(l, "sluice_db_decide_statements_total") ||
+			strings.HasPrefix(l, "sluice_db_decisions_total") || strings.HasPrefix(l, "sluice_store_breaker") {
+			b.WriteString(l + " ")
+		}
+	}
+	return b.String()
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's two output streams
+// and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// freeAddr returns a loopback address that nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// busyCores starts n processes that each keep a core busy, for at most a
+// minute; the returned function stops them.
+func busyCores(t *testing.T, n int) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	var cmds []*exec.Cmd
+	for range n {
+		cmd := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			for _, c := range cmds {
+				c.Wait() //nolint:errcheck // killed
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
