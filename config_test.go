@@ -47,8 +47,8 @@ func TestLoadDatabaseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.DBBatch || c.DBSyncCommit != "on" {
-		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q, want true and on", c.DBBatch, c.DBSyncCommit)
+	if !c.DBBatch || c.DBSyncCommit != "off" {
+		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q, want true and off", c.DBBatch, c.DBSyncCommit)
 	}
 	if w := batchWait(c); w != 2*time.Millisecond {
 		t.Fatalf("batch wait %s, want the default 2ms", w)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -75,10 +76,15 @@ func startSluice(t testing.TB, env map[string]string) *process {
 			<-exited
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
+	// The admin listener answers at once; the public one opens once the
+	// store is ready (/readyz 200).
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if code, _ := httpGet(p.admin + "/healthz"); code == http.StatusOK {
-			return p
+		if code, _ := httpGet(p.admin + "/readyz"); code == http.StatusOK {
+			if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", public)); err == nil {
+				c.Close()
+				return p
+			}
 		}
 		select {
 		case err := <-exited:
@@ -86,7 +92,7 @@ func startSluice(t testing.TB, env map[string]string) *process {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sluice's admin listener does not answer /healthz\n%s", p.out)
+			t.Fatalf("sluice is not ready (/readyz 200 and the public port open) within 30s\n%s", p.out)
 		}
 		time.Sleep(20 * time.Millisecond) // start-up is an external event: poll it
 	}
