@@ -430,55 +430,44 @@ func TestFaultTooManyClients(t *testing.T) {
 }
 
 // TestFaultFailover: a primary and a streaming standby; the primary stops,
-// the standby is promoted, and the gateway, on a multi-host connection
-// string with target_session_attrs=read-write, decides exactly again
-// within 10 s, with the counts made before the failover.
+// the standby is promoted, and two gateways (one busy, one idle), on a
+// multi-host connection string with target_session_attrs=read-write, are
+// ready again within seconds and exact from their first decision after
+// /readyz said 200, with the counts made before the failover.
 func TestFaultFailover(t *testing.T) {
 	primary := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	standby := primary.NewStandby(t)
 	up := newUpstream(t)
 	url := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write",
 		primary.Port, standby.Port)
-	g := startFault(t, faultEnv(up.URL, url))
-	gws := []*faultGateway{g}
+	busy, idle := startFault(t, faultEnv(up.URL, url)), startFault(t, faultEnv(up.URL, url))
+	gws := []*faultGateway{busy, idle}
 	for range 3 {
-		if r := g.mustPost(t, "/closed", "kept"); r.status != 200 {
+		if r := busy.mustPost(t, "/closed", "kept"); r.status != 200 {
 			t.Fatalf("status %d before the failover", r.status)
 		}
 	}
 	primary.WaitForStandby(t, standby)
 
-	bg := startTraffic(gws, 2)
+	bg := startTraffic([]*faultGateway{busy}, 2)
 	primary.Stop(t)
 	stopped := time.Now()
+	waitFor(t, 10*time.Second, "both breakers open", func() bool {
+		return busy.breakerState(t) != 0 && idle.breakerState(t) != 0
+	})
 	standby.Promote(t)
 	promoted := time.Now()
-	recovered := waitFor(t, 10*time.Second, "decisions resume on the promoted standby", func() bool {
-		return g.mustPost(t, "/closed", "probe").status != 503
-	})
-	t.Logf("failover: store decisions again %v after the promotion, %v after the primary stopped (promotion took %v)",
-		recovered, time.Since(stopped), promoted.Sub(stopped))
+	took := waitReady(t, gws, 20*time.Second)
+	t.Logf("failover: every /readyz 200 %v after the promotion, %v after the primary stopped (promotion took %v)",
+		took, time.Since(stopped), promoted.Sub(stopped))
 	bg.stop(t)
 
-	// The first decision back may come before the pool is rid of every
-	// connection to the old primary (each fails one statement) and before
-	// the new primary's end-of-recovery checkpoint: wait until the store
-	// decides five requests in a row, so that the check below sees the
-	// counts, not the settling.
-	settled := waitFor(t, 10*time.Second, "the store decides steadily", func() bool {
-		for i := range 5 {
-			if g.mustPost(t, "/closed", fmt.Sprintf("settle-%d", i)).status == 503 {
-				return false
-			}
-		}
-		return true
-	})
-	t.Logf("failover: steady %v after the first decision", settled)
-
-	// The three requests made on the old primary count.
+	// Ready means exact at once: the three requests made on the old
+	// primary count, and a fresh key gets exactly its limit, from the
+	// first decision after /readyz said 200, on both gateways.
 	codes := burst(t, gws, "/closed", "kept", 5)
 	if codes[200] != 2 || codes[429] != 3 {
-		m := g.metrics(t)
+		m := busy.metrics(t)
 		errs := map[string]float64{}
 		for k, v := range m {
 			if strings.HasPrefix(k, "sluice_store_errors_total") {
@@ -488,7 +477,7 @@ func TestFaultFailover(t *testing.T) {
 		t.Errorf("key with 3 of 5 used before the failover: %v after it, want 2×200 and 3×429 (breaker state %v, store errors %v)",
 			codes, m["sluice_store_breaker_state"], errs)
 	}
-	expectExact(t, gws, "after")
+	expectExactNow(t, gws, "after")
 }
 
 // TestFaultDemotedPrimary: the server turns read-only under the pool's
