@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -536,4 +537,86 @@ func busyCores(t *testing.T, n int) func() {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// TestMemoryFloodBounded: a sluice process on the in-memory store, with
+// SLUICE_MEMORY_MAX_KEYS=1000, gets 50,000 requests with fresh keys. Its
+// resident memory stays within a few MB of where it was before the flood,
+// and keys that were over their limit before it stay limited through it.
+func TestMemoryFloodBounded(t *testing.T) {
+	up := newUpstream(t)
+	p := startProcess(t, sluiceBinary(t), map[string]string{
+		"SLUICE_UPSTREAM":        up.URL,
+		"SLUICE_RULES":           "flood: POST /flood by header(X-Key) 3/1h",
+		"SLUICE_MEMORY_MAX_KEYS": "1000",
+	})
+	if !p.waitAccepts(30 * time.Second) {
+		t.Fatalf("the public port did not open:\n%s", p.output())
+	}
+	g := &faultGateway{url: "http://" + p.public}
+	send := func(key string) int {
+		r, err := g.post("/flood", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.status
+	}
+	// Victims over their limit, and a warm-up that fills the store.
+	for v := range 10 {
+		for range 3 {
+			send(fmt.Sprint("victim-", v))
+		}
+		if s := send(fmt.Sprint("victim-", v)); s != 429 {
+			t.Fatalf("victim %d not over its limit before the flood: %d", v, s)
+		}
+	}
+	for i := range 2000 {
+		send(fmt.Sprint("warm-", i))
+	}
+	before := rss(t, p.cmd.Process.Pid)
+
+	const flood, workers = 50000, 8
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= flood; i = next.Add(1) {
+				if _, err := g.post("/flood", fmt.Sprint("flood-", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	after := rss(t, p.cmd.Process.Pid)
+	for v := range 10 {
+		if s := send(fmt.Sprint("victim-", v)); s != 429 {
+			t.Errorf("victim %d after the flood: %d, want 429", v, s)
+		}
+	}
+	t.Logf("resident memory %.1f MB before %d fresh keys, %.1f MB after", float64(before)/1e6, flood, float64(after)/1e6)
+	if grew := after - before; grew > 8<<20 {
+		t.Errorf("resident memory grew by %.1f MB over the flood, want a few MB at most", float64(grew)/1e6)
+	}
+}
+
+// rss returns the resident memory of process pid in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
 }

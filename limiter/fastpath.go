@@ -90,12 +90,15 @@ func (f *fastPath) deny(checks []Check, now time.Time, results []Result, sources
 }
 
 // remember records every non-shadow check without count=all that the
-// store denied, until start plus its RetryAfter. start is the local
+// store denied, until start plus its RetryAfter. A denial by a counter
+// shared with other keys (Result.Shared) is not remembered: it says
+// nothing of the key, and a flood of fresh keys into a full memory store
+// would otherwise fill the cache with keys never seen again. start is the local
 // instant taken before the store was asked.
 func (f *fastPath) remember(checks []Check, results []Result, start time.Time) {
 	for i, c := range checks {
 		r := &results[i]
-		if c.Rule.Shadow || c.Rule.CountAll || r.Allowed || r.RetryAfter <= 0 {
+		if c.Rule.Shadow || c.Rule.CountAll || r.Allowed || r.RetryAfter <= 0 || r.Shared {
 			continue
 		}
 		f.cache.Add(cacheKey{c.Rule.Name, c.Key}, overLimit{

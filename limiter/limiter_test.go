@@ -303,6 +303,25 @@ func TestForget(t *testing.T) {
 	}
 }
 
+// TestSharedDenialNotRemembered: a denial by a counter shared with other
+// keys (a full memory store's overflow) is not about the key, and the fast
+// path does not remember it.
+func TestSharedDenialNotRemembered(t *testing.T) {
+	clock := storetest.NewClock(storetest.Base.Add(10 * time.Second))
+	f := newFixture(t, func(c *limiter.Config) {
+		c.Store = memory.New(memory.WithClock(clock.Now), memory.WithMaxKeys(1))
+	})
+	a := rule("a", 1)
+	f.decide(chk(a, "first")) // the store is full now
+	f.decide(chk(a, "x"))     // overflow: allowed, the overflow counter used up
+	for i := range 3 {
+		o := f.decide(chk(a, "x"))
+		if o.Allowed || !o.Results[0].Shared || o.Sources[0] != limiter.SourceStore {
+			t.Fatalf("decision %d on an overflowing key: %+v, want a shared denial from the store", i, o)
+		}
+	}
+}
+
 // TestLateResetDuringOutage: the observed leak. A key over its limit is
 // remembered; the store then fails, and the event of an earlier reset
 // arrives. The key stays denied by the fast path, whatever the rule's fail

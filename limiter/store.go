@@ -39,6 +39,11 @@ type Result struct {
 	// decision a request of the rule's cost would first be allowed,
 	// assuming no other traffic.
 	RetryAfter time.Duration
+	// Shared reports that the check was counted in a counter shared with
+	// other keys (a full memory store's overflow counter), so the verdict
+	// is not about this key alone: the over-limit cache does not remember
+	// it.
+	Shared bool
 }
 
 // Store keeps counters and decides.

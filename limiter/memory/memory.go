@@ -273,6 +273,7 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 			w.ctr = w.sh.counters[w.ck]
 		}
 		results[i] = result(&w.p, c.Rule.Algorithm, w.ctr, now, w.ok)
+		results[i].Shared = w.ck.key == overflowKey
 	}
 
 	for m := mask; m != 0; m &= m - 1 {

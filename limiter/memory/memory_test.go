@@ -366,10 +366,14 @@ func TestMaxKeys(t *testing.T) {
 		t.Fatal("the victim's key is not over its limit before the flood")
 	}
 
-	allowed := 0
+	allowed, shared := 0, 0
 	for i := range 5000 {
-		if _, ok := decide(t, st, limiter.Check{Rule: r, Key: fmt.Sprint("flood-", i)}); ok {
+		res, ok := decide(t, st, limiter.Check{Rule: r, Key: fmt.Sprint("flood-", i)})
+		if ok {
 			allowed++
+		}
+		if res[0].Shared {
+			shared++
 		}
 		clock.Advance(time.Millisecond) // the flood lasts 5s, well inside the window
 	}
@@ -384,8 +388,8 @@ func TestMaxKeys(t *testing.T) {
 	if max := maxKeys - 1 + 64*limit; allowed > max {
 		t.Errorf("%d flood requests allowed, want at most %d", allowed, max)
 	}
-	if st.Overflowed() == 0 {
-		t.Error("no decision overflowed")
+	if st.Overflowed() == 0 || shared != int(st.Overflowed()) {
+		t.Errorf("%d decisions overflowed, %d results say Shared; want the same, more than 0", st.Overflowed(), shared)
 	}
 
 	// A minute later everything has expired and Run's sweep has made room:
