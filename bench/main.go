@@ -7,6 +7,7 @@
 // decision and allowed/denied counts. See bench/README.md.
 //
 //	go run ./bench [-database-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
+//	go run ./bench soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
@@ -51,6 +52,10 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "soak" {
+		mainSoak(os.Args[2:])
+		return
+	}
 	opts, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -64,6 +69,25 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// mainSoak is `go run ./bench soak`: see soak.go.
+func mainSoak(args []string) {
+	opts, err := parseSoakFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench soak:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = soak(ctx, opts, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench soak:", err)
 		os.Exit(1)
 	}
 }
