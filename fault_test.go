@@ -123,6 +123,19 @@ func TestFaultPostgresStopped(t *testing.T) {
 		if c := logged(g.logs, zapcore.InfoLevel, "circuit breaker closed", ""); len(c) != 1 {
 			t.Errorf("gateway %d: %d breaker-closed lines, want 1", i, len(c))
 		}
+		// The background work logs changes of state, not every tick of an
+		// outage that lasted seconds.
+		seen := map[string]int{}
+		for _, e := range logged(g.logs, zapcore.WarnLevel, "", "") {
+			if e.Message != "rate-limit store could not decide; applying fail modes" {
+				seen[e.Message]++
+			}
+		}
+		for msg, n := range seen {
+			if n > 1 {
+				t.Errorf("gateway %d: %q logged %d times in one outage, want once", i, msg, n)
+			}
+		}
 	}
 }
 

@@ -66,10 +66,11 @@ func kinded(err error) error {
 
 // dropPool closes every idle pooled connection at once and the busy ones
 // when they are released, after err said they are stale; it logs when err
-// says why (the server read-only or going away), once per error.
+// says why (the server read-only or going away), once until the store is
+// ready again (every connection of a server that shuts down reports it).
 func (s *Store) dropPool(err error) {
 	s.pool.Reset()
-	if staleServer(err) {
+	if staleServer(err) && s.dropLogged.CompareAndSwap(false, true) {
 		s.log.Warn("dropped every pooled connection: the server is read-only or shutting down; new connections go to the current primary",
 			zap.String("kind", ErrorKind(err)), zap.Error(err))
 	}

@@ -168,6 +168,7 @@ func (s *Store) warm(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("postgres store probe: %w", s.fault(err))
 	}
+	s.dropLogged.Store(false)
 	return nil
 }
 

@@ -220,8 +220,9 @@ type Store struct {
 	breaker    *limiter.CircuitBreaker
 	forget     func(rule, key string, at time.Time)
 
-	setUp  atomic.Bool // the schema was found migrated and the overrides read
-	probes atomic.Uint64
+	setUp      atomic.Bool // the schema was found migrated and the overrides read
+	probes     atomic.Uint64
+	dropLogged atomic.Bool // a stale server's pool drop was logged since the last successful probe
 
 	nDecisions, nStatements atomic.Uint64
 }
