@@ -63,10 +63,6 @@ type Breaker interface {
 	Record(took time.Duration, err error)
 }
 
-// ErrBreakerOpen is the Outcome.Err of a decision for which the Breaker
-// refused to call the store.
-var ErrBreakerOpen = errors.New("limiter: store circuit breaker is open")
-
 type alwaysAllow struct{}
 
 func (alwaysAllow) Allow() bool                 { return true }

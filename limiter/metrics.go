@@ -1,14 +1,7 @@
 package limiter
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
-	"slices"
-	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -37,127 +30,6 @@ const (
 	// shadow_limited).
 	OutcomeLocal = "local"
 )
-
-// Kinds of store errors, the values of the kind label of
-// sluice_store_errors_total and of the kind field of log lines. They are
-// fixed words, so that alerts can select on them.
-const (
-	// ErrorTimeout: the store did not answer within the decision's
-	// deadline (the context's deadline, a network timeout, or the server
-	// cancelling the statement: SQLSTATE 57014 query_canceled, 55P03
-	// lock_not_available).
-	ErrorTimeout = "timeout"
-	// ErrorCanceled: the caller gave up (the client went away). It says
-	// nothing about the store's health.
-	ErrorCanceled = "canceled"
-	// ErrorConnection: the store could not be reached or dropped the
-	// connection: refused, reset, closed, SQLSTATE class 08, or the server
-	// shutting down or starting up (57P01 admin_shutdown, 57P02
-	// crash_shutdown, 57P03 cannot_connect_now).
-	ErrorConnection = "connection"
-	// ErrorReadOnly: the server takes no writes (SQLSTATE 25006
-	// read_only_sql_transaction): a standby, or a primary demoted by a
-	// failover.
-	ErrorReadOnly = "read_only"
-	// ErrorTooManyConnections: the server refused a new connection
-	// (SQLSTATE 53300 too_many_connections).
-	ErrorTooManyConnections = "too_many_connections"
-	// ErrorUndefinedTable: sluice's schema objects are missing (SQLSTATE
-	// 42P01 undefined_table, 42883 undefined_function, 3F000
-	// invalid_schema_name): dropped, or never migrated.
-	ErrorUndefinedTable = "undefined_table"
-	// ErrorInsufficientPrivilege: the database role may not use sluice's
-	// objects (SQLSTATE 42501 insufficient_privilege).
-	ErrorInsufficientPrivilege = "insufficient_privilege"
-	// ErrorOther: anything else.
-	ErrorOther = "other"
-)
-
-// errorKinds lists the kinds, for validating what a KindedError reports.
-var errorKinds = [...]string{
-	ErrorTimeout, ErrorCanceled, ErrorConnection, ErrorReadOnly, ErrorTooManyConnections,
-	ErrorUndefinedTable, ErrorInsufficientPrivilege, ErrorOther,
-}
-
-// KindedError is implemented by store errors that know their kind better
-// than ErrorKind can tell from the outside, such as a driver's own
-// sentinel errors. StoreErrorKind returns one of the Error constants.
-type KindedError interface {
-	error
-	StoreErrorKind() string
-}
-
-// sqlStater is implemented by database errors that carry a SQLSTATE, such
-// as *pgconn.PgError. Declaring it here keeps the limiter free of any
-// driver: SQLSTATEs are the SQL standard's, not a driver's.
-type sqlStater interface {
-	SQLState() string
-}
-
-// ErrorKind classifies a store error for metrics, logs and the circuit
-// breaker, looking through wrapped errors, in this order: a deadline
-// (context.DeadlineExceeded) is ErrorTimeout and a cancelled context
-// ErrorCanceled, whatever else the error says; then the kind reported by a
-// KindedError; then the SQLSTATE of a database error (see the Error
-// constants for the codes); then network errors: a timeout is
-// ErrorTimeout, any other net.Error, a refused or reset connection, or a
-// connection that ended mid-message (io.EOF, io.ErrUnexpectedEOF) is
-// ErrorConnection. Everything else is ErrorOther.
-func ErrorKind(err error) string {
-	switch {
-	case err == nil:
-		return ErrorOther
-	case errors.Is(err, context.DeadlineExceeded):
-		return ErrorTimeout
-	case errors.Is(err, context.Canceled):
-		return ErrorCanceled
-	}
-	var ke KindedError
-	if errors.As(err, &ke) {
-		if k := ke.StoreErrorKind(); slices.Contains(errorKinds[:], k) {
-			return k
-		}
-	}
-	var st sqlStater
-	if errors.As(err, &st) {
-		if k := sqlStateKind(st.SQLState()); k != "" {
-			return k
-		}
-	}
-	var ne net.Error
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		return ErrorTimeout
-	case ne != nil,
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return ErrorConnection
-	}
-	return ErrorOther
-}
-
-// sqlStateKind maps a SQLSTATE to a kind, or "" when it has none.
-func sqlStateKind(code string) string {
-	switch code {
-	case "57014", "55P03": // query_canceled, lock_not_available
-		return ErrorTimeout
-	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
-		return ErrorConnection
-	case "25006": // read_only_sql_transaction
-		return ErrorReadOnly
-	case "53300": // too_many_connections
-		return ErrorTooManyConnections
-	case "42P01", "42883", "3F000": // undefined_table, undefined_function, invalid_schema_name
-		return ErrorUndefinedTable
-	case "42501": // insufficient_privilege
-		return ErrorInsufficientPrivilege
-	}
-	if strings.HasPrefix(code, "08") { // connection_exception
-		return ErrorConnection
-	}
-	return ""
-}
 
 // Metrics are the limiter's Prometheus metrics. Labels carry rule names
 // and fixed words only, never a key. A nil *Metrics records nothing.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
@@ -76,19 +77,27 @@ func (s *Store) dropPool(err error) {
 	}
 }
 
-// ErrorKind classifies an error of pgx as one of the limiter.Error kinds:
-// limiter.ErrorKind's classification (deadlines, SQLSTATEs, network
-// errors), refined with what only pgx's own errors tell: short of a
-// timeout, a connection attempt that found only read-only servers
+// ErrorKind classifies an error of pgx as one of the limiter.Error kinds.
+// A deadline or a cancelled context wins, whatever else the error says;
+// then the server's SQLSTATE (see sqlStateKind); then what only pgx's own
+// errors tell: a connection attempt that found only read-only servers
 // (target_session_attrs=read-write, before a standby is promoted) is
 // limiter.ErrorReadOnly, and any other failed connection attempt or closed
-// connection is limiter.ErrorConnection.
+// connection is limiter.ErrorConnection; then limiter.ErrorKind's network
+// errors.
 func ErrorKind(err error) string {
 	k := limiter.ErrorKind(err)
+	if k == limiter.ErrorTimeout || k == limiter.ErrorCanceled {
+		return k
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if sk := sqlStateKind(pgErr.Code); sk != "" {
+			return sk
+		}
+	}
 	var ce *pgconn.ConnectError
 	switch {
-	case k == limiter.ErrorTimeout || k == limiter.ErrorCanceled:
-		return k
 	case errors.Is(err, pgconn.ErrReadOnlyConnection):
 		return limiter.ErrorReadOnly
 	case k != limiter.ErrorOther:
@@ -97,6 +106,29 @@ func ErrorKind(err error) string {
 		return limiter.ErrorConnection
 	}
 	return limiter.ErrorOther
+}
+
+// sqlStateKind maps a PostgreSQL SQLSTATE to a kind, or "" when it has
+// none.
+func sqlStateKind(code string) string {
+	switch code {
+	case "57014", "55P03": // query_canceled, lock_not_available
+		return limiter.ErrorTimeout
+	case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return limiter.ErrorConnection
+	case "25006": // read_only_sql_transaction
+		return limiter.ErrorReadOnly
+	case "53300": // too_many_connections
+		return limiter.ErrorTooManyConnections
+	case "42P01", "42883", "3F000": // undefined_table, undefined_function, invalid_schema_name
+		return limiter.ErrorUndefinedTable
+	case "42501": // insufficient_privilege
+		return limiter.ErrorInsufficientPrivilege
+	}
+	if strings.HasPrefix(code, "08") { // connection_exception
+		return limiter.ErrorConnection
+	}
+	return ""
 }
 
 // staleServer reports whether err says that the pool's server no longer

@@ -36,6 +36,20 @@ func TestErrorKind(t *testing.T) {
 		{"read-only transaction", &pgconn.PgError{Code: "25006"}, limiter.ErrorReadOnly},
 		{"too many clients", &pgconn.PgError{Code: "53300"}, limiter.ErrorTooManyConnections},
 		{"other", errors.New("boom"), limiter.ErrorOther},
+		// SQLSTATEs.
+		{"query canceled", fmt.Errorf("decide: %w", &pgconn.PgError{Code: "57014"}), limiter.ErrorTimeout},
+		{"lock not available", &pgconn.PgError{Code: "55P03"}, limiter.ErrorTimeout},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, limiter.ErrorConnection},
+		{"crash shutdown", &pgconn.PgError{Code: "57P02"}, limiter.ErrorConnection},
+		{"cannot connect now", &pgconn.PgError{Code: "57P03"}, limiter.ErrorConnection},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, limiter.ErrorConnection},
+		{"connection rejected", &pgconn.PgError{Code: "08001"}, limiter.ErrorConnection},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, limiter.ErrorUndefinedTable},
+		{"undefined function", &pgconn.PgError{Code: "42883"}, limiter.ErrorUndefinedTable},
+		{"invalid schema", &pgconn.PgError{Code: "3F000"}, limiter.ErrorUndefinedTable},
+		{"insufficient privilege", &pgconn.PgError{Code: "42501"}, limiter.ErrorInsufficientPrivilege},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, limiter.ErrorOther},
+		{"a deadline wins", fmt.Errorf("%w: %w", context.DeadlineExceeded, &pgconn.PgError{Code: "57P01"}), limiter.ErrorTimeout},
 	}
 	for _, tt := range tests {
 		if got := postgres.ErrorKind(tt.err); got != tt.want {
