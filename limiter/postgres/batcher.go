@@ -87,12 +87,12 @@ const (
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-func newCall(checks []limiter.Check) *call {
+func newCall(checks []limiter.Check, now time.Time) *call {
 	c := callPool.Get().(*call)
 	c.checks = append(c.checks[:0], checks...)
 	c.results = resize(c.results, len(checks))
 	c.state.Store(callQueued)
-	c.queued = time.Now()
+	c.queued = now
 	return c
 }
 
@@ -112,6 +112,7 @@ type batcher struct {
 	maxBatch    int
 	maxQueued   int
 	wait        time.Duration // Options.BatchWait
+	clock       batchClock
 
 	mu        sync.Mutex
 	queue     []*call
@@ -129,12 +130,26 @@ type batcher struct {
 // fewer decisions is not busy enough for a wait to pay, and sends at once.
 const busyBatch = 8
 
+// batchClock is the batcher's time for gathering: the wall clock, or a
+// test's clock, which tests move instead of sleeping.
+type batchClock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+// wallClock is the batchClock of production.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                         { return time.Now() }
+func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 func newBatcher(maxInFlight, maxBatch, maxQueued int, wait time.Duration) *batcher {
 	b := &batcher{
 		maxInFlight: maxInFlight,
 		maxBatch:    maxBatch,
 		maxQueued:   maxQueued,
 		wait:        wait,
+		clock:       wallClock{},
 		full:        make(chan struct{}, maxInFlight),
 	}
 	b.base, b.cancel = context.WithCancel(context.Background())
@@ -174,7 +189,7 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 		b.mu.Unlock()
 		return false, errQueueFull
 	}
-	c := newCall(checks)
+	c := newCall(checks, b.clock.Now())
 	b.queue = append(b.queue, c)
 	start := b.inFlight < b.maxInFlight
 	if start {
@@ -214,19 +229,10 @@ func (s *Store) drain() {
 	var (
 		calls []*call
 		ds    []Decision
-		timer *time.Timer
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		if len(calls) >= min(busyBatch, s.batch.maxBatch) && s.batch.wait > 0 {
-			if timer == nil {
-				timer = time.NewTimer(time.Hour)
-			}
-			s.gather(timer)
+			s.gather()
 		}
 		calls = s.take(calls[:0])
 		if len(calls) == 0 {
@@ -282,14 +288,14 @@ func (s *Store) finish(calls []*call, ds []Decision, err error) {
 // gather waits, before a busy drain's next statement, until MaxBatch
 // decisions are queued or the oldest queued one has waited BatchWait. It
 // returns at once when the queue is empty (take then gives the slot up).
-func (s *Store) gather(timer *time.Timer) {
+func (s *Store) gather() {
 	b := s.batch
 	b.mu.Lock()
 	if len(b.queue) == 0 || len(b.queue) >= b.maxBatch {
 		b.mu.Unlock()
 		return
 	}
-	d := b.wait - time.Since(b.queue[0].queued)
+	d := b.wait - b.clock.Now().Sub(b.queue[0].queued)
 	if d <= 0 {
 		b.mu.Unlock()
 		return
@@ -297,9 +303,8 @@ func (s *Store) gather(timer *time.Timer) {
 	b.gathering++
 	b.mu.Unlock()
 
-	timer.Reset(d)
 	select {
-	case <-timer.C:
+	case <-b.clock.After(d):
 		b.mu.Lock()
 		if b.gathering > 0 {
 			b.gathering-- // not woken: our token was not sent
@@ -308,7 +313,6 @@ func (s *Store) gather(timer *time.Timer) {
 		}
 		b.mu.Unlock()
 	case <-b.full:
-		timer.Stop()
 	}
 }
 

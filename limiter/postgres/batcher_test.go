@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/limiter/storetest"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -297,16 +298,17 @@ func TestMaxBatch(t *testing.T) {
 }
 
 // busyStore opens a store with one slot whose decide statements g holds,
-// and makes its drain busy: a held lone decision, then ten decisions that
-// queue behind it and go in the drain's next statement, which is held too.
-// It returns once that statement of ten is in the database; the test lets
-// it go.
-func busyStore(t *testing.T, g *gate, maxBatch int, wait time.Duration) (*postgres.Store, *policy.Rule) {
+// gathering on clock, and makes its drain busy: a held lone decision, then
+// ten decisions that queue behind it and go in the drain's next statement,
+// which is held too. It returns once that statement of ten is in the
+// database; the test lets it go.
+func busyStore(t *testing.T, g *gate, clock *storetest.Clock, maxBatch int, wait time.Duration) (*postgres.Store, *policy.Rule) {
 	t.Helper()
 	db := pgtest.New(t)
 	tr := &tracer{onDecide: g.hold}
 	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
 		func(o *postgres.Options) { o.MaxInFlight, o.MaxBatch, o.BatchWait = 1, maxBatch, wait })
+	postgres.SetBatchClock(s, clock)
 	r := fixed("r", 1000, time.Hour)
 	first := decideAsync(context.Background(), s, chk(r, "k"))
 	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
@@ -331,27 +333,32 @@ func busyStore(t *testing.T, g *gate, maxBatch int, wait time.Duration) (*postgr
 
 // TestBusyDrainGathers: after a statement of ten decisions (a busy drain),
 // the decisions that queued meanwhile wait until the oldest has waited
-// BatchWait, and then go in one statement together with those that joined
-// them during the wait.
+// BatchWait on the batcher's clock, and then go in one statement together
+// with those that joined them during the wait. The clock is the test's:
+// nothing sleeps.
 func TestBusyDrainGathers(t *testing.T) {
 	const wait = time.Second
 	g := newGate()
-	s, r := busyStore(t, g, 64, wait)
-	start := time.Now()
+	clock := newClock(base)
+	s, r := busyStore(t, g, clock, 64, wait)
 	early := decideAsync(context.Background(), s, chk(r, "k"))
 	eventually(t, "a decision queues", func() bool { return s.BatchStats().Queued == 1 })
-	g.let(100) // the statement of ten returns; the next ones pass
-	eventually(t, "the drain gathers", func() bool { return s.BatchStats().Gathering == 1 })
+	clock.Advance(wait / 2) // the early one has waited half of BatchWait
+	g.let(100)              // the statement of ten returns; the next ones pass
+	eventually(t, "the drain gathers", func() bool { return s.BatchStats().Gathering == 1 && clock.Waiting() == 1 })
 	late := decideAsync(context.Background(), s, chk(r, "k"))
+	eventually(t, "the late one queues", func() bool { return s.BatchStats().Queued == 2 })
+	// BatchWait counts from when the oldest queued, not from when the
+	// gathering began nor once more per decision: the rest of the half.
+	clock.Advance(wait/2 - time.Nanosecond)
+	if st := s.BatchStats(); st.Gathering != 1 || st.Queued != 2 || st.Statements != 2 {
+		t.Fatalf("before BatchWait has passed: %+v, want the drain still gathering two decisions", st)
+	}
+	clock.Advance(time.Nanosecond)
 	for _, ch := range []<-chan answer{early, late} {
 		if a := receive(t, ch); a.err != nil || !a.ok {
 			t.Fatalf("answer %+v", a)
 		}
-	}
-	// BatchWait counts from when the oldest queued, not from when the
-	// gathering began nor once more per decision: well under twice.
-	if waited := time.Since(start); waited < wait || waited > 2*wait {
-		t.Errorf("the gathered decisions were answered after %s, want BatchWait (%s) and not much more", waited, wait)
 	}
 	if st := s.BatchStats(); st.Statements != 3 || st.Decisions != 13 {
 		t.Errorf("%d decisions in %d statements, want 13 in 3", st.Decisions, st.Statements)
@@ -359,12 +366,13 @@ func TestBusyDrainGathers(t *testing.T) {
 }
 
 // TestGatherEndsWhenFull: a gathering drain sends its statement as soon as
-// MaxBatch decisions are queued, without waiting out BatchWait; and once
-// the queue is empty, a lone decision goes at once again.
+// MaxBatch decisions are queued, without waiting out BatchWait (the clock
+// never moves); and once the queue is empty, a lone decision goes at once
+// again.
 func TestGatherEndsWhenFull(t *testing.T) {
 	const maxBatch = 12
 	g := newGate()
-	s, r := busyStore(t, g, maxBatch, time.Hour)
+	s, r := busyStore(t, g, newClock(base), maxBatch, time.Hour)
 	var answers []<-chan answer
 	answers = append(answers, decideAsync(context.Background(), s, chk(r, "k")))
 	eventually(t, "a decision queues", func() bool { return s.BatchStats().Queued == 1 })
@@ -373,7 +381,7 @@ func TestGatherEndsWhenFull(t *testing.T) {
 	for range maxBatch - 1 {
 		answers = append(answers, decideAsync(context.Background(), s, chk(r, "k")))
 	}
-	for _, ch := range answers { // within receive's 10 s, not the hour
+	for _, ch := range answers {
 		if a := receive(t, ch); a.err != nil || !a.ok {
 			t.Fatalf("answer %+v", a)
 		}

@@ -1,6 +1,9 @@
 package postgres
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // DecideSQL exposes the decide statement a Store sends, for tests that run
 // it inside a transaction of their own.
@@ -16,3 +19,12 @@ var ProbeRule = probeRule.Name
 // ProbeDecisions is the number of decisions one probe makes on each of
 // its connections.
 const ProbeDecisions = 1 + probeRounds
+
+// SetBatchClock makes the batcher of s gather on clock instead of the wall
+// clock, so that tests move time instead of sleeping.
+func SetBatchClock(s *Store, clock interface {
+	Now() time.Time
+	After(time.Duration) <-chan time.Time
+}) {
+	s.batch.clock = clock
+}
