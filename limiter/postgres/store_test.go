@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 	"github.com/sluicehq/sluice/policy"
@@ -298,40 +299,60 @@ func TestDatabaseClock(t *testing.T) {
 		}
 		return ts
 	}
+	// The skewed gateway: every clock it has in Go (the limiter's, for its
+	// fast path and fail modes, and the batcher's) is 30 s ahead; only the
+	// store's is the database's.
+	skewedStore := open(t, db, nil, nil)
+	postgres.SetBatchClock(skewedStore, skewedClock{gatewayNow})
+	skewed, err := limiter.New(limiter.Config{Store: skewedStore, Local: memory.New(), Now: gatewayNow, Timeout: 5 * time.Second, CacheSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	right := open(t, db, nil, nil)
+	decideVia := func(key string) limiter.Result {
+		o := skewed.Decide(ctx, []limiter.Check{chk(r, key)})
+		if o.Err != nil || o.Sources[0] != limiter.SourceStore {
+			t.Fatalf("skewed gateway's decision: %+v", o)
+		}
+		return o.Results[0]
+	}
 	// instant returns the clock a decision used: a reset window starts at
 	// the first request, so Reset - W is the decision's instant.
-	instant := func(s *postgres.Store, key string) time.Time {
-		_, res := decide(t, s, chk(r, key))
-		return res[0].Reset.Add(-r.Window)
-	}
+	instant := func(res limiter.Result) time.Time { return res.Reset.Add(-r.Window) }
 	within := func(at, lo, hi time.Time) bool { return !at.Before(lo) && !at.After(hi) }
 
-	right := open(t, db, nil, nil)
-	skewed := open(t, db, nil, nil) // the skewed gateway: its clock is not the store's
 	before := dbNow()
-	a, b := instant(right, "a"), instant(skewed, "b")
+	_, res := decide(t, right, chk(r, "a"))
+	a, b := instant(res[0]), instant(decideVia("b"))
 	after := dbNow()
 	if !within(a, before, after) || !within(b, before, after) {
 		t.Errorf("decisions at %v and %v, want both within the database's [%v, %v]", a, b, before, after)
 	}
 	// The two gateways share one count on one key.
 	for i := range 5 {
-		s := right
 		if i%2 == 1 {
-			s = skewed
+			decideVia("shared")
+		} else {
+			decide(t, right, chk(r, "shared"))
 		}
-		decide(t, s, chk(r, "shared"))
 	}
-	if ok, _ := decide(t, skewed, chk(r, "shared")); ok {
+	if ok, _ := decide(t, right, chk(r, "shared")); ok {
 		t.Error("sixth decision over two gateways was allowed")
 	}
 
-	// Control: passing the gateway's clock would be visible.
+	// Control: a store told to use the gateway's clock is visibly off.
 	wrong := open(t, db, nil, gatewayNow)
-	if c := instant(wrong, "c"); within(c, before, dbNow()) {
+	_, res = decide(t, wrong, chk(r, "c"))
+	if c := instant(res[0]); within(c, before, dbNow()) {
 		t.Errorf("a store on a clock %v ahead decided at %v, inside the database's time: the test cannot tell clocks apart", skew, c)
 	}
 }
+
+// skewedClock is a batcher clock that reads now.
+type skewedClock struct{ now func() time.Time }
+
+func (c skewedClock) Now() time.Time                         { return c.now() }
+func (c skewedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // TestNoRowsForDenials: decisions that consume nothing leave no rows, so a
 // flood of denied requests from new keys does not grow the table.
