@@ -16,10 +16,6 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// memorySweepInterval is how often the memory stores drop expired
-// counters.
-const memorySweepInterval = 10 * time.Second
-
 // backend is the store the settings ask for, with everything the gateway
 // needs of it: the store the limiter decides with, its admin side, its
 // circuit breaker (which is its readiness), its background work and its
@@ -52,7 +48,7 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		return &backend{
 			store: mem,
 			keys:  mem,
-			run:   func(ctx context.Context) { mem.Run(ctx, memorySweepInterval) },
+			run:   mem.Run,
 			close: func() {},
 			desc:  []zap.Field{zap.String("store", "memory"), zap.Int("memory_max_keys", cfg.MemoryMaxKeys)},
 		}, nil

@@ -82,7 +82,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 	}))
 
 	local := memory.New(memory.WithMaxKeys(cfg.MemoryMaxKeys))
-	g.runners = append(g.runners, func(ctx context.Context) { local.Run(ctx, memorySweepInterval) })
+	g.runners = append(g.runners, local.Run)
 	var breaker limiter.Breaker
 	if be.breaker != nil {
 		breaker = be.breaker

@@ -63,6 +63,7 @@ const fullSweepSample = 16
 // New. A Store is safe for simultaneous use by multiple goroutines.
 type Store struct {
 	now     func() time.Time
+	sweep   time.Duration // Run's interval
 	maxKeys int64
 	forget  func(rule, key string, at time.Time)
 	seed    maphash.Seed
@@ -104,6 +105,20 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.now = now }
 }
 
+// DefaultSweepInterval is how often Run drops expired counters by
+// default.
+const DefaultSweepInterval = 10 * time.Second
+
+// WithSweepInterval sets how often Run drops expired counters; d <= 0
+// means DefaultSweepInterval.
+func WithSweepInterval(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.sweep = d
+		}
+	}
+}
+
 // WithMaxKeys bounds the counters the store holds of its own to n (see
 // the package comment for what happens when it is full); n < 1 means
 // DefaultMaxKeys.
@@ -127,7 +142,7 @@ func WithForget(forget func(rule, key string, at time.Time)) Option {
 // dropped opportunistically as decisions touch their shard, and entirely by
 // Sweep or Run.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
+	s := &Store{now: time.Now, sweep: DefaultSweepInterval, maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -418,11 +433,12 @@ func (s *Store) Sweep(now time.Time) int {
 	return n
 }
 
-// Run calls Sweep with the store's clock every interval until ctx is
-// done. It is how a long-lived store gives back the memory of keys that
-// are never seen again, and makes room when it is full.
-func (s *Store) Run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
+// Run calls Sweep with the store's clock every sweep interval (see
+// WithSweepInterval) until ctx is done. It is how a long-lived store gives
+// back the memory of keys that are never seen again, and makes room when
+// it is full. It is the store's only goroutine.
+func (s *Store) Run(ctx context.Context) {
+	tick := time.NewTicker(s.sweep)
 	defer tick.Stop()
 	for {
 		select {

@@ -236,11 +236,22 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-func TestRunStops(t *testing.T) {
-	st, _ := newStore()
+// TestRun: Run sweeps expired counters every sweep interval, by itself,
+// and stops when its context ends.
+func TestRun(t *testing.T) {
+	clock := storetest.NewClock(storetest.Base)
+	st := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(time.Millisecond))
+	decide(t, st, limiter.Check{Rule: &policy.Rule{Name: "r", Limit: 5, Window: time.Minute, Cost: 1}, Key: "k"})
+	clock.Advance(time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); st.Run(ctx, time.Millisecond) }()
+	go func() { defer close(done); st.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); st.Len() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not sweep the expired counter")
+		}
+		time.Sleep(time.Millisecond) // Run's ticker is real time: poll for its effect
+	}
 	cancel()
 	select {
 	case <-done:

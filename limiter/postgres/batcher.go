@@ -123,6 +123,9 @@ type batcher struct {
 	// StatementTimeout); abort cancels it and makes a new one.
 	base   context.Context
 	cancel context.CancelFunc
+	// drains counts the drain goroutines, which live while there is work
+	// and end when the queue is empty; Run waits for them when it ends.
+	drains sync.WaitGroup
 }
 
 // busyBatch is the batch size from which a drain gathers before its next
@@ -202,7 +205,7 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 	}
 	b.mu.Unlock()
 	if start {
-		go s.drain()
+		b.drains.Go(s.drain)
 	}
 
 	select {

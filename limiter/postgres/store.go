@@ -313,13 +313,17 @@ func (s *Store) Reset(ctx context.Context, rule, key string) error {
 	return nil
 }
 
-// Run does the Store's background work until ctx is cancelled: it probes
-// the database while the Breaker is open (see Probe); while it is closed,
-// it polls every PollInterval (see poll: the heartbeat that trips the
-// breaker when the database goes away, key events and override changes)
-// and deletes expired counters every CleanupInterval. When the breaker
-// opens, statements in flight are abandoned and the pool's connections
-// dropped. Errors are logged on changes of state, never returned.
+// Run does the Store's background work until ctx is cancelled, and owns
+// every goroutine the store starts: it probes the database while the
+// Breaker is open (see Probe); while it is closed, it polls every
+// PollInterval (see poll: the heartbeat that trips the breaker when the
+// database goes away, key events and override changes) and deletes
+// expired counters every CleanupInterval. When the breaker opens,
+// statements in flight are abandoned and the pool's connections dropped.
+// Errors are logged on changes of state, never returned. When ctx ends,
+// Run returns once its loops have stopped and the batcher's drains (which
+// decisions start and which end when the queue is empty) have ended; the
+// caller stops making decisions first.
 func (s *Store) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if s.breaker != nil {
@@ -329,6 +333,9 @@ func (s *Store) Run(ctx context.Context) {
 	wg.Go(func() { s.runPoll(ctx) })
 	wg.Go(func() { s.runCleanup(ctx) })
 	wg.Wait()
+	if s.batch != nil {
+		s.batch.drains.Wait()
+	}
 }
 
 // sleep waits for d or until ctx is done, and reports whether it waited.
