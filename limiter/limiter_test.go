@@ -123,16 +123,17 @@ func (f *fixture) metric(t *testing.T, name string, labels ...string) float64 {
 	return 0
 }
 
+// rule is a fixed rule of a minute with set applied, built as the
+// conformance suite builds rules.
 func rule(name string, limit int64, set ...func(*policy.Rule)) *policy.Rule {
-	r := &policy.Rule{Name: name, Limit: limit, Window: time.Minute, Cost: 1}
-	for _, s := range set {
-		s(r)
-	}
-	return r
+	return storetest.With(storetest.Fixed(name, limit, time.Minute), set...)
 }
 
-func shadow(r *policy.Rule)   { r.Shadow = true }
-func countAll(r *policy.Rule) { r.CountAll = true }
+var (
+	shadow   = storetest.Shadow
+	countAll = storetest.CountAll
+)
+
 func fail(m policy.FailMode) func(*policy.Rule) {
 	return func(r *policy.Rule) { r.Fail = m }
 }
@@ -294,7 +295,7 @@ func TestForget(t *testing.T) {
 	}
 	// A reset after the denial: dropped, and the store decides.
 	f.clock.Advance(time.Millisecond)
-	f.store.Store.(*memory.Store).Reset(context.Background(), "a", "k") //nolint:errcheck // cannot fail
+	f.store.Store.(*memory.Store).Reset(context.Background(), chk(a, "k")) //nolint:errcheck // cannot fail
 	f.limiter.Forget("a", "k", f.clock.Now())
 	if o := f.decide(chk(a, "k")); !o.Allowed || o.Sources[0] != limiter.SourceStore {
 		t.Errorf("after Reset and Forget: %+v, want allowed by the store", o)

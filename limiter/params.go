@@ -1,7 +1,9 @@
 package limiter
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
@@ -66,6 +68,39 @@ func (p Params) Validate(a policy.Algorithm) error {
 		return fmt.Errorf("burst %d: must be at least 1", p.Burst)
 	case a == policy.Sliding && (p.Bucket < time.Microsecond || p.Window%p.Bucket != 0):
 		return fmt.Errorf("bucket %v: must be at least 1µs and divide the window %v", p.Bucket, p.Window)
+	}
+	return nil
+}
+
+// ErrInvalidOverride is wrapped by the error of an override that cannot
+// apply to its rule (see ValidateOverride).
+var ErrInvalidOverride = errors.New("invalid override")
+
+// ValidateOverride reports whether a key of rule r may be given limit and
+// window instead of the rule's own: the limit from 1 to policy.MaxCount
+// and at least the rule's cost (else no request could ever pass), the
+// window from 1s to policy.MaxWindow, and the parameters countable
+// (Params.Validate). The error wraps ErrInvalidOverride and says what is
+// wrong in words an operator can act on. Every store and the admin API
+// check an override with it, so they agree.
+func ValidateOverride(r *policy.Rule, limit int64, window time.Duration) error {
+	var problems []string
+	switch {
+	case limit < 1 || limit > policy.MaxCount:
+		problems = append(problems, fmt.Sprintf("limit: expected 1 to %d, got %d", int64(policy.MaxCount), limit))
+	case limit < max(1, r.Cost):
+		problems = append(problems, fmt.Sprintf("limit: must be at least the rule's cost %d, got %d", r.Cost, limit))
+	}
+	if window < time.Second || window > policy.MaxWindow {
+		problems = append(problems, fmt.Sprintf("window: expected from 1s to %s, got %s", policy.FormatWindow(policy.MaxWindow), window))
+	}
+	if len(problems) == 0 {
+		if err := OverrideParams(r, limit, window).Validate(r.Algorithm); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w for rule %q: %s", ErrInvalidOverride, r.Name, strings.Join(problems, "; "))
 	}
 	return nil
 }

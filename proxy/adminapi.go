@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,11 +22,12 @@ type KeyStore interface {
 	// Peek reports a counter without consuming from it.
 	Peek(ctx context.Context, c limiter.Check) (limiter.Result, error)
 	// Reset deletes a counter.
-	Reset(ctx context.Context, rule, key string) error
-	// SetOverride gives one key its own limit and window under a rule.
-	SetOverride(ctx context.Context, rule, key string, limit int64, window time.Duration) error
+	Reset(ctx context.Context, c limiter.Check) error
+	// SetOverride gives one key its own limit and window under a rule;
+	// an invalid one is an error wrapping limiter.ErrInvalidOverride.
+	SetOverride(ctx context.Context, c limiter.Check, limit int64, window time.Duration) error
 	// DeleteOverride returns a key to its rule's limit.
-	DeleteOverride(ctx context.Context, rule, key string) error
+	DeleteOverride(ctx context.Context, c limiter.Check) error
 }
 
 // adminAPI serves /v1/keys and /v1/overrides.
@@ -176,13 +178,13 @@ func (a *adminAPI) write(w http.ResponseWriter, r *http.Request, change func(c l
 
 func (a *adminAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
 	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
-		return nil, nil, a.store.Reset(r.Context(), c.Rule.Name, c.Key)
+		return nil, nil, a.store.Reset(r.Context(), c)
 	})
 }
 
 func (a *adminAPI) deleteOverride(w http.ResponseWriter, r *http.Request) {
 	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
-		return nil, nil, a.store.DeleteOverride(r.Context(), c.Rule.Name, c.Key)
+		return nil, nil, a.store.DeleteOverride(r.Context(), c)
 	})
 }
 
@@ -200,20 +202,16 @@ func (a *adminAPI) putOverride(w http.ResponseWriter, r *http.Request) {
 		if err := dec.Decode(&body); err != nil {
 			return nil, &problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()}, nil
 		}
-		var problems []string
-		if body.Limit < 1 || body.Limit > policy.MaxCount {
-			problems = append(problems, fmt.Sprintf("limit: expected 1 to %d, got %d", int64(policy.MaxCount), body.Limit))
-		} else if body.Limit < c.Rule.Cost {
-			problems = append(problems, fmt.Sprintf("limit: must be at least the rule's cost %d, got %d", c.Rule.Cost, body.Limit))
-		}
 		window, err := policy.ParseWindow(body.Window)
 		if err != nil {
-			problems = append(problems, err.Error())
+			return nil, &problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
 		}
-		if len(problems) > 0 {
-			return nil, &problem{Status: http.StatusBadRequest, Detail: strings.Join(problems, "; ")}, nil
-		}
-		if err := a.store.SetOverride(r.Context(), c.Rule.Name, c.Key, body.Limit, window); err != nil {
+		// The store checks the override against its rule
+		// (limiter.ValidateOverride), for every way of setting one.
+		if err := a.store.SetOverride(r.Context(), c, body.Limit, window); err != nil {
+			if errors.Is(err, limiter.ErrInvalidOverride) {
+				return nil, &problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
+			}
 			return nil, nil, err
 		}
 		return map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": policy.FormatWindow(window)}, nil, nil

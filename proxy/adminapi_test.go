@@ -198,8 +198,8 @@ func TestAdminErrors(t *testing.T) {
 
 	g := newAdminFixture(t, "login: POST /api/login by ip 2/1m cost=2", "t")
 	for _, tc := range []struct{ body, detail string }{
-		{`{"limit":0,"window":"1m"}`, "limit: expected 1 to 1000000000000, got 0"},
-		{`{"limit":1,"window":"1m"}`, "limit: must be at least the rule's cost 2, got 1"},
+		{`{"limit":0,"window":"1m"}`, `invalid override for rule "login": limit: expected 1 to 1000000000000, got 0`},
+		{`{"limit":1,"window":"1m"}`, `invalid override for rule "login": limit: must be at least the rule's cost 2, got 1`},
 		{`{"limit":5,"window":"soon"}`, `window: expected Ns, Nm, Nh or Nd such as 15m, got "soon"`},
 		{`{"limit":5,"window":"1m","extra":1}`, `body: expected {"limit":N,"window":"1d"}: json: unknown field "extra"`},
 	} {

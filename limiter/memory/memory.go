@@ -19,7 +19,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -337,35 +336,32 @@ func (sh *shard) params(r *policy.Rule, ck counterKey) (params, error) {
 	return makeParams(lp), nil
 }
 
-// ErrInvalidOverride is returned by SetOverride for a limit below 1 or a
-// window below a second.
-var ErrInvalidOverride = errors.New("memory: override needs a limit of at least 1 and a window of at least 1s")
-
-// SetOverride makes key use limit and window instead of rule's own (see
-// limiter.OverrideParams for burst and bucket). The key's counter is kept
-// and read under the new parameters; callers that want a fresh start also
-// call Reset. The context is not used: nothing here waits.
-func (s *Store) SetOverride(_ context.Context, rule, key string, limit int64, window time.Duration) error {
-	if limit < 1 || window < time.Second {
-		return ErrInvalidOverride
+// SetOverride makes c's key use limit and window instead of its rule's own
+// (see limiter.OverrideParams for burst and bucket), after
+// limiter.ValidateOverride. The key's counter is kept and read under the
+// new parameters; callers that want a fresh start also call Reset. The
+// context is not used: nothing here waits.
+func (s *Store) SetOverride(_ context.Context, c limiter.Check, limit int64, window time.Duration) error {
+	if err := limiter.ValidateOverride(c.Rule, limit, window); err != nil {
+		return err
 	}
-	sh := &s.shards[s.shardOf(rule, key)]
+	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
 	sh.mu.Lock()
-	sh.overrides[counterKey{rule, key}] = override{limit: limit, window: window}
+	sh.overrides[counterKey{c.Rule.Name, c.Key}] = override{limit: limit, window: window}
 	at := s.now()
 	sh.mu.Unlock()
-	s.forget(rule, key, at)
+	s.forget(c.Rule.Name, c.Key, at)
 	return nil
 }
 
-// DeleteOverride removes key's override under rule, if any.
-func (s *Store) DeleteOverride(_ context.Context, rule, key string) error {
-	sh := &s.shards[s.shardOf(rule, key)]
+// DeleteOverride returns c's key to its rule's own limit.
+func (s *Store) DeleteOverride(_ context.Context, c limiter.Check) error {
+	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
 	sh.mu.Lock()
-	delete(sh.overrides, counterKey{rule, key})
+	delete(sh.overrides, counterKey{c.Rule.Name, c.Key})
 	at := s.now()
 	sh.mu.Unlock()
-	s.forget(rule, key, at)
+	s.forget(c.Rule.Name, c.Key, at)
 	return nil
 }
 
@@ -378,15 +374,14 @@ func (s *Store) Override(rule, key string) (limit int64, window time.Duration, o
 	return o.limit, o.window, ok
 }
 
-// Reset deletes key's counter under rule: its next request starts from a
-// full limit.
-func (s *Store) Reset(_ context.Context, rule, key string) error {
-	sh := &s.shards[s.shardOf(rule, key)]
+// Reset deletes c's counter: its next request starts from a full limit.
+func (s *Store) Reset(_ context.Context, c limiter.Check) error {
+	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
 	sh.mu.Lock()
-	s.drop(sh, counterKey{rule, key})
+	s.drop(sh, counterKey{c.Rule.Name, c.Key})
 	at := s.now()
 	sh.mu.Unlock()
-	s.forget(rule, key, at)
+	s.forget(c.Rule.Name, c.Key, at)
 	return nil
 }
 

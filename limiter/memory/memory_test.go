@@ -18,145 +18,14 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) limiter.Store {
 		return memory.New(memory.WithClock(clock.Now))
 	})
+	storetest.RunAdmin(t, func(t *testing.T, clock *storetest.Clock) storetest.AdminStore {
+		return memory.New(memory.WithClock(clock.Now))
+	})
 }
 
 func newStore() (*memory.Store, *storetest.Clock) {
 	clock := storetest.NewClock(storetest.Base)
 	return memory.New(memory.WithClock(clock.Now)), clock
-}
-
-func decide(t *testing.T, s *memory.Store, cs ...limiter.Check) ([]limiter.Result, bool) {
-	t.Helper()
-	res := make([]limiter.Result, len(cs))
-	ok, err := s.Decide(context.Background(), cs, res)
-	if err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	return res, ok
-}
-
-func TestOverride(t *testing.T) {
-	s := time.Second
-	tests := []struct {
-		name   string
-		rule   *policy.Rule
-		limit  int64
-		window time.Duration
-		n      int            // requests at Base
-		want   limiter.Result // the n-th
-	}{
-		{
-			name: "fixed", rule: &policy.Rule{Name: "f", Limit: 2, Window: time.Minute, Cost: 1},
-			limit: 10, window: time.Hour, n: 3,
-			want: limiter.Result{Allowed: true, Limit: 10, Window: time.Hour, Remaining: 7,
-				Reset: storetest.Base.Add(time.Hour), ResetAfter: time.Hour},
-		},
-		{
-			// The default burst (recorded as the limit) follows the override.
-			name: "token-default-burst", rule: &policy.Rule{Name: "t", Algorithm: policy.Token, Limit: 2, Burst: 2, Window: time.Minute, Cost: 1},
-			limit: 10, window: 10 * s, n: 3,
-			want: limiter.Result{Allowed: true, Limit: 10, Window: 10 * s, Remaining: 7,
-				Reset: storetest.Base.Add(3 * s), ResetAfter: 3 * s},
-		},
-		{
-			// An explicit burst stays: 3 tokens, T = 1 s.
-			name: "token-explicit-burst", rule: &policy.Rule{Name: "t", Algorithm: policy.Token, Limit: 2, Burst: 3, Window: time.Minute, Cost: 1},
-			limit: 10, window: 10 * s, n: 4,
-			want: limiter.Result{Allowed: false, Limit: 10, Window: 10 * s, Remaining: 0,
-				Reset: storetest.Base.Add(3 * s), ResetAfter: 3 * s, RetryAfter: s},
-		},
-		{
-			// 7 s buckets do not divide 1h: DefaultBucket(1h) = 60 s.
-			name: "sliding-rebucketed", rule: &policy.Rule{Name: "s", Algorithm: policy.Sliding, Limit: 2, Window: 7 * time.Minute, Bucket: 7 * s, Cost: 1},
-			limit: 10, window: time.Hour, n: 1,
-			want: limiter.Result{Allowed: true, Limit: 10, Window: time.Hour, Remaining: 9,
-				Reset: storetest.Base.Add(time.Hour), ResetAfter: time.Hour},
-		},
-		{
-			// 10 s buckets divide 1h and are kept.
-			name: "sliding-kept", rule: &policy.Rule{Name: "s", Algorithm: policy.Sliding, Limit: 2, Window: time.Minute, Bucket: 10 * s, Cost: 1},
-			limit: 10, window: time.Hour, n: 1,
-			want: limiter.Result{Allowed: true, Limit: 10, Window: time.Hour, Remaining: 9,
-				Reset: storetest.Base.Add(time.Hour), ResetAfter: time.Hour},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st, _ := newStore()
-			if err := st.SetOverride(context.Background(), tt.rule.Name, "acme", tt.limit, tt.window); err != nil {
-				t.Fatal(err)
-			}
-			var res []limiter.Result
-			for range tt.n {
-				res, _ = decide(t, st, limiter.Check{Rule: tt.rule, Key: "acme"})
-			}
-			if fmt.Sprint(res[0]) != fmt.Sprint(tt.want) {
-				t.Errorf("got  %+v\nwant %+v", res[0], tt.want)
-			}
-			// Other keys keep the rule's own limit.
-			res, _ = decide(t, st, limiter.Check{Rule: tt.rule, Key: "other"})
-			if res[0].Limit != tt.rule.Limit || res[0].Window != tt.rule.Window {
-				t.Errorf("other key: Limit %d Window %v, want the rule's", res[0].Limit, res[0].Window)
-			}
-		})
-	}
-}
-
-func TestOverrideLifecycle(t *testing.T) {
-	st, _ := newStore()
-	r := &policy.Rule{Name: "q", Limit: 1, Window: time.Minute, Cost: 1}
-	c := limiter.Check{Rule: r, Key: "acme"}
-	if err := st.SetOverride(context.Background(), "q", "acme", 3, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if l, w, ok := st.Override("q", "acme"); !ok || l != 3 || w != time.Minute {
-		t.Fatalf("Override = %d, %v, %v", l, w, ok)
-	}
-	decide(t, st, c)
-	if _, ok := decide(t, st, c); !ok {
-		t.Fatal("second request denied under an override of 3")
-	}
-	st.DeleteOverride(context.Background(), "q", "acme") //nolint:errcheck // cannot fail
-	if _, _, ok := st.Override("q", "acme"); ok {
-		t.Fatal("override still present after DeleteOverride")
-	}
-	// Back under the rule's limit of 1, with 2 already counted.
-	if _, ok := decide(t, st, c); ok {
-		t.Fatal("request allowed after the override was deleted")
-	}
-	st.Reset(context.Background(), "q", "acme") //nolint:errcheck // cannot fail
-	if _, ok := decide(t, st, c); !ok {
-		t.Fatal("request denied after Reset")
-	}
-
-	for _, bad := range []struct {
-		limit  int64
-		window time.Duration
-	}{{0, time.Minute}, {-1, time.Minute}, {1, 0}, {1, time.Millisecond}} {
-		if err := st.SetOverride(context.Background(), "q", "x", bad.limit, bad.window); !errors.Is(err, memory.ErrInvalidOverride) {
-			t.Errorf("SetOverride(%d, %v) = %v, want ErrInvalidOverride", bad.limit, bad.window, err)
-		}
-	}
-}
-
-func TestPeek(t *testing.T) {
-	st, _ := newStore()
-	c := limiter.Check{Rule: &policy.Rule{Name: "p", Limit: 2, Window: time.Minute, Cost: 1}, Key: "k"}
-	for i, want := range []int64{2, 2} {
-		res, err := st.Peek(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Allowed || res.Remaining != want {
-			t.Errorf("peek %d: %+v, want allowed with %d remaining", i, res, want)
-		}
-	}
-	decide(t, st, c)
-	decide(t, st, c)
-	res, _ := st.Peek(context.Background(), c)
-	if res.Allowed || res.Remaining != 0 || res.RetryAfter != time.Minute {
-		t.Errorf("peek after the limit: %+v", res)
-	}
 }
 
 func TestAlgorithmChange(t *testing.T) {
@@ -165,8 +34,8 @@ func TestAlgorithmChange(t *testing.T) {
 	st, _ := newStore()
 	fixed := &policy.Rule{Name: "r", Limit: 1, Window: time.Minute, Cost: 1}
 	token := &policy.Rule{Name: "r", Algorithm: policy.Token, Limit: 1, Burst: 1, Window: time.Minute, Cost: 1}
-	decide(t, st, limiter.Check{Rule: fixed, Key: "k"})
-	if res, ok := decide(t, st, limiter.Check{Rule: token, Key: "k"}); !ok {
+	storetest.Decide(t, st, limiter.Check{Rule: fixed, Key: "k"})
+	if ok, res := storetest.Decide(t, st, limiter.Check{Rule: token, Key: "k"}); !ok {
 		t.Errorf("token rule read the fixed rule's state: %+v", res[0])
 	}
 }
@@ -194,7 +63,7 @@ func TestErrors(t *testing.T) {
 			t.Errorf("rule %s: no error", r.Name)
 		}
 	}
-	if _, ok := decide(t, st, good); !ok {
+	if ok, _ := storetest.Decide(t, st, good); !ok {
 		t.Error("a failed decision consumed from its good check")
 	}
 }
@@ -205,9 +74,9 @@ func TestSweep(t *testing.T) {
 	long := &policy.Rule{Name: "l", Limit: 5, Window: time.Hour, Cost: 1}
 	const n = 5000
 	for i := range n {
-		decide(t, st, limiter.Check{Rule: r, Key: strconv.Itoa(i)})
+		storetest.Decide(t, st, limiter.Check{Rule: r, Key: strconv.Itoa(i)})
 	}
-	decide(t, st, limiter.Check{Rule: long, Key: "kept"})
+	storetest.Decide(t, st, limiter.Check{Rule: long, Key: "kept"})
 	if got := st.Len(); got != n+1 {
 		t.Fatalf("Len = %d, want %d", got, n+1)
 	}
@@ -218,7 +87,7 @@ func TestSweep(t *testing.T) {
 	// Decisions drop expired counters of the shards they touch on their own.
 	clock.Advance(time.Minute)
 	for range 64 {
-		decide(t, st, limiter.Check{Rule: long, Key: "kept"})
+		storetest.Decide(t, st, limiter.Check{Rule: long, Key: "kept"})
 	}
 	if got := st.Len(); got > n+1-3 {
 		t.Errorf("Len = %d after 64 decisions on one shard, want fewer than %d", got, n+1-3)
@@ -231,7 +100,7 @@ func TestSweep(t *testing.T) {
 	if got := st.Len(); got != 1 {
 		t.Errorf("Len = %d after Sweep, want 1 (the unexpired counter)", got)
 	}
-	if res, ok := decide(t, st, limiter.Check{Rule: long, Key: "kept"}); ok {
+	if ok, res := storetest.Decide(t, st, limiter.Check{Rule: long, Key: "kept"}); ok {
 		t.Errorf("the unexpired counter was dropped: %+v", res[0])
 	}
 }
@@ -241,7 +110,7 @@ func TestSweep(t *testing.T) {
 func TestRun(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
 	st := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(time.Millisecond))
-	decide(t, st, limiter.Check{Rule: &policy.Rule{Name: "r", Limit: 5, Window: time.Minute, Cost: 1}, Key: "k"})
+	storetest.Decide(t, st, limiter.Check{Rule: &policy.Rule{Name: "r", Limit: 5, Window: time.Minute, Cost: 1}, Key: "k"})
 	clock.Advance(time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -371,15 +240,15 @@ func TestMaxKeys(t *testing.T) {
 	r := &policy.Rule{Name: "login", Limit: limit, Window: time.Minute, Cost: 1}
 	victim := limiter.Check{Rule: r, Key: "victim"}
 	for range limit {
-		decide(t, st, victim)
+		storetest.Decide(t, st, victim)
 	}
-	if _, ok := decide(t, st, victim); ok {
+	if ok, _ := storetest.Decide(t, st, victim); ok {
 		t.Fatal("the victim's key is not over its limit before the flood")
 	}
 
 	allowed, shared := 0, 0
 	for i := range 5000 {
-		res, ok := decide(t, st, limiter.Check{Rule: r, Key: fmt.Sprint("flood-", i)})
+		ok, res := storetest.Decide(t, st, limiter.Check{Rule: r, Key: fmt.Sprint("flood-", i)})
 		if ok {
 			allowed++
 		}
@@ -391,7 +260,7 @@ func TestMaxKeys(t *testing.T) {
 	if n := st.Len(); n > maxKeys+64 {
 		t.Errorf("%d counters after the flood, want at most %d", n, maxKeys+64)
 	}
-	if _, ok := decide(t, st, victim); ok {
+	if ok, _ := storetest.Decide(t, st, victim); ok {
 		t.Error("the flood reset the victim's counter")
 	}
 	// 99 keys got counters of their own (3 each at most, here 1 each);
@@ -409,12 +278,12 @@ func TestMaxKeys(t *testing.T) {
 	st.Sweep(clock.Now())
 	fresh := limiter.Check{Rule: r, Key: "fresh"}
 	for i := range limit + 1 {
-		if _, ok := decide(t, st, fresh); ok != (i < limit) {
+		if ok, _ := storetest.Decide(t, st, fresh); ok != (i < limit) {
 			t.Fatalf("fresh key, request %d: allowed=%v", i+1, ok)
 		}
 	}
 	before := st.Overflowed()
-	decide(t, st, limiter.Check{Rule: r, Key: "another"})
+	storetest.Decide(t, st, limiter.Check{Rule: r, Key: "another"})
 	if st.Overflowed() != before {
 		t.Error("a new key overflowed although the store had room again")
 	}

@@ -15,4 +15,8 @@ func TestConformance(t *testing.T) {
 		db := pgtest.New(t)
 		return open(t, db, nil, clock.Now)
 	})
+	storetest.RunAdmin(t, func(t *testing.T, clock *storetest.Clock) storetest.AdminStore {
+		db := pgtest.New(t)
+		return open(t, db, nil, clock.Now)
+	})
 }

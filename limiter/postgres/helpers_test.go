@@ -51,20 +51,17 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 	}
 }
 
-func fixed(name string, limit int64, window time.Duration) *policy.Rule {
-	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Fixed, Cost: 1}
-}
+// The rule builders are the conformance suite's, so that every test of a
+// store builds its rules one way.
+var (
+	fixed     = storetest.Fixed
+	resetRule = storetest.ResetRule
+	sliding   = storetest.Sliding
+)
 
-func resetRule(name string, limit int64, window time.Duration) *policy.Rule {
-	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Reset, Cost: 1}
-}
-
-func sliding(name string, limit int64, window, bucket time.Duration) *policy.Rule {
-	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Sliding, Bucket: bucket, Cost: 1}
-}
-
+// token is a token rule whose burst is its limit.
 func token(name string, limit int64, window time.Duration) *policy.Rule {
-	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Token, Burst: limit, Cost: 1}
+	return storetest.Token(name, limit, window, limit)
 }
 
 // algos makes one rule of each algorithm.
@@ -80,16 +77,8 @@ var algos = []struct {
 
 func chk(r *policy.Rule, key string) limiter.Check { return limiter.Check{Rule: r, Key: key} }
 
-// decide makes one decision and fails t on an error.
-func decide(t testing.TB, s limiter.Store, cs ...limiter.Check) (bool, []limiter.Result) {
-	t.Helper()
-	res := make([]limiter.Result, len(cs))
-	ok, err := s.Decide(context.Background(), cs, res)
-	if err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	return ok, res
-}
+// decide is storetest.Decide.
+var decide = storetest.Decide
 
 // rowCount returns the number of counter rows in db's schema.
 func rowCount(t testing.TB, db *pgtest.DB) int {

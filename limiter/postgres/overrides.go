@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,10 +18,6 @@ import (
 // lost, so a poll would be needed as a fallback anyway. One tiny query per
 // instance every PollInterval, shared with the key events, is the whole
 // cost; a change is seen by every instance within that interval.
-
-// ErrInvalidOverride is returned by SetOverride for a limit below 1 or a
-// window below a second.
-var ErrInvalidOverride = errors.New("postgres store: override needs a limit of at least 1 and a window of at least 1s")
 
 type override struct {
 	limit  int64
@@ -46,21 +41,22 @@ func (o *overrideSet) params(r *policy.Rule, key string) limiter.Params {
 	return limiter.RuleParams(r)
 }
 
-// SetOverride makes key use limit and window instead of rule's own (see
-// limiter.OverrideParams for burst and bucket). This instance applies it at
-// once, every other one at its next poll; every instance's Forget hears of
-// it. The key's counter is kept and read under the new parameters; callers
-// that want a fresh start also call Reset.
-func (s *Store) SetOverride(ctx context.Context, rule, key string, limit int64, window time.Duration) error {
-	if limit < 1 || window < time.Second {
-		return ErrInvalidOverride
+// SetOverride makes c's key use limit and window instead of its rule's own
+// (see limiter.OverrideParams for burst and bucket), after
+// limiter.ValidateOverride. This instance applies it at once, every other
+// one at its next poll; every instance's Forget hears of it. The key's
+// counter is kept and read under the new parameters; callers that want a
+// fresh start also call Reset.
+func (s *Store) SetOverride(ctx context.Context, c limiter.Check, limit int64, window time.Duration) error {
+	if err := limiter.ValidateOverride(c.Rule, limit, window); err != nil {
+		return err
 	}
-	return s.changeOverride(ctx, rule, key, s.q.overrideSet, limit, window.Microseconds())
+	return s.changeOverride(ctx, c.Rule.Name, c.Key, s.q.overrideSet, limit, window.Microseconds())
 }
 
-// DeleteOverride removes key's override under rule, if any.
-func (s *Store) DeleteOverride(ctx context.Context, rule, key string) error {
-	return s.changeOverride(ctx, rule, key, s.q.overrideDel)
+// DeleteOverride returns c's key to its rule's own limit.
+func (s *Store) DeleteOverride(ctx context.Context, c limiter.Check) error {
+	return s.changeOverride(ctx, c.Rule.Name, c.Key, s.q.overrideDel)
 }
 
 // changeOverride runs the override statement sql, which returns the

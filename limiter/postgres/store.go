@@ -301,15 +301,15 @@ func loadQuery(schema, name string) string {
 	return strings.ReplaceAll(string(b), migrations.Placeholder, pgx.Identifier{schema}.Sanitize())
 }
 
-// Reset forgets the counter of key under rule: its next request starts
-// from a full limit. Every instance's Forget hears of it (this one's at
-// once), with the reset's time on the database clock.
-func (s *Store) Reset(ctx context.Context, rule, key string) error {
+// Reset forgets c's counter: its next request starts from a full limit.
+// Every instance's Forget hears of it (this one's at once), with the
+// reset's time on the database clock.
+func (s *Store) Reset(ctx context.Context, c limiter.Check) error {
 	var atUS int64
-	if err := s.pool.QueryRow(ctx, s.q.reset, rule, key).Scan(&atUS); err != nil {
-		return fmt.Errorf("postgres store: reset rule %q: %w", rule, s.fault(err))
+	if err := s.pool.QueryRow(ctx, s.q.reset, c.Rule.Name, c.Key).Scan(&atUS); err != nil {
+		return fmt.Errorf("postgres store: reset rule %q: %w", c.Rule.Name, s.fault(err))
 	}
-	s.forget(rule, key, time.UnixMicro(atUS))
+	s.forget(c.Rule.Name, c.Key, time.UnixMicro(atUS))
 	return nil
 }
 

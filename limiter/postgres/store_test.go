@@ -419,34 +419,6 @@ func TestBatchSequential(t *testing.T) {
 	}
 }
 
-// TestPeekAndReset: Peek consumes nothing; Reset forgets a counter.
-func TestPeekAndReset(t *testing.T) {
-	db := pgtest.New(t)
-	s := open(t, db, nil, newClock(base).Now)
-	r := fixed("r", 2, time.Minute)
-	ctx := context.Background()
-	for range 3 {
-		res, err := s.Peek(ctx, chk(r, "k"))
-		if err != nil || !res.Allowed || res.Remaining != 2 {
-			t.Fatalf("Peek on a fresh key = %+v, %v", res, err)
-		}
-	}
-	if n := rowCount(t, db); n != 0 {
-		t.Errorf("Peek left %d rows", n)
-	}
-	decide(t, s, chk(r, "k"))
-	decide(t, s, chk(r, "k"))
-	if res, _ := s.Peek(ctx, chk(r, "k")); res.Allowed || res.Remaining != 0 || res.RetryAfter != time.Minute {
-		t.Errorf("Peek at the limit = %+v", res)
-	}
-	if err := s.Reset(ctx, "r", "k"); err != nil {
-		t.Fatal(err)
-	}
-	if ok, res := decide(t, s, chk(r, "k")); !ok || res[0].Remaining != 1 {
-		t.Errorf("after Reset: allowed=%v remaining=%d", ok, res[0].Remaining)
-	}
-}
-
 // TestRowDeletedUnderDecision: a counter row deleted (by cleanup or Reset)
 // while a decision waits for its lock is created anew by the decision,
 // which then counts from a fresh counter.
@@ -528,7 +500,7 @@ func TestResetUnderLoad(t *testing.T) {
 		})
 	}
 	for range 200 {
-		if err := s.Reset(context.Background(), "r", "k"); err != nil {
+		if err := s.Reset(context.Background(), chk(fixed("r", 1, time.Minute), "k")); err != nil {
 			t.Error(err)
 		}
 	}
@@ -576,17 +548,17 @@ func TestExecModes(t *testing.T) {
 					t.Errorf("decision %d allowed=%v", i+1, ok)
 				}
 			}
-			if err := s.SetOverride(ctx, rules[0].Name, "o", 1, time.Minute); err != nil {
+			if err := s.SetOverride(ctx, chk(rules[0], "o"), 1, time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.DeleteOverride(ctx, rules[0].Name, "o"); err != nil {
+			if err := s.DeleteOverride(ctx, chk(rules[0], "o")); err != nil {
 				t.Fatal(err)
 			}
 			clk.Advance(time.Hour)
 			if _, err := s.Cleanup(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Reset(ctx, rules[1].Name, `k"{},\ é`); err != nil {
+			if err := s.Reset(ctx, chk(rules[1], `k"{},\ é`)); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := postgres.Poll(ctx, s, 0); err != nil {

@@ -60,34 +60,48 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("ConcurrentOppositeOrders", func(t *testing.T) { testConcurrentOpposite(t, newStore) })
 }
 
-// Rules are built directly, as the parser would build them.
+// Rules are built directly, as the parser would build them. The builders
+// are exported for the stores' own tests, so that every test of a store
+// builds its rules one way.
 
-func fixed(name string, limit int64, window time.Duration) *policy.Rule {
+// Fixed returns a fixed-window rule of cost 1.
+func Fixed(name string, limit int64, window time.Duration) *policy.Rule {
 	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Fixed, Cost: 1}
 }
 
-func resetRule(name string, limit int64, window time.Duration) *policy.Rule {
+// ResetRule returns a rule whose window restarts at the first request
+// after it expires, of cost 1.
+func ResetRule(name string, limit int64, window time.Duration) *policy.Rule {
 	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Reset, Cost: 1}
 }
 
-func sliding(name string, limit int64, window, bucket time.Duration) *policy.Rule {
+// Sliding returns a sliding-window rule with the given bucket, of cost 1.
+func Sliding(name string, limit int64, window, bucket time.Duration) *policy.Rule {
 	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Sliding, Bucket: bucket, Cost: 1}
 }
 
-func token(name string, limit int64, window time.Duration, burst int64) *policy.Rule {
+// Token returns a token-bucket rule with the given burst, of cost 1.
+func Token(name string, limit int64, window time.Duration, burst int64) *policy.Rule {
 	return &policy.Rule{Name: name, Limit: limit, Window: window, Algorithm: policy.Token, Burst: burst, Cost: 1}
 }
 
-// with returns a copy of r changed by set.
-func with(r *policy.Rule, set func(*policy.Rule)) *policy.Rule {
+// With returns a copy of r changed by each of set.
+func With(r *policy.Rule, set ...func(*policy.Rule)) *policy.Rule {
 	c := *r
-	set(&c)
+	for _, f := range set {
+		f(&c)
+	}
 	return &c
 }
 
-func cost(n int64) func(*policy.Rule) { return func(r *policy.Rule) { r.Cost = n } }
-func countAll(r *policy.Rule)         { r.CountAll = true }
-func shadow(r *policy.Rule)           { r.Shadow = true }
+// CostOf, CountAll and Shadow are changes for With.
+func CostOf(n int64) func(*policy.Rule) { return func(r *policy.Rule) { r.Cost = n } }
+
+// CountAll makes a rule count denied requests too.
+func CountAll(r *policy.Rule) { r.CountAll = true }
+
+// Shadow makes a rule decide and report without blocking.
+func Shadow(r *policy.Rule) { r.Shadow = true }
 
 // algos makes one rule of each algorithm with the same limit and window
 // (token: burst equals the limit; sliding: 1 s buckets).
@@ -95,10 +109,10 @@ var algos = []struct {
 	name string
 	make func(name string, limit int64, window time.Duration) *policy.Rule
 }{
-	{"fixed", fixed},
-	{"reset", resetRule},
-	{"sliding", func(n string, l int64, w time.Duration) *policy.Rule { return sliding(n, l, w, time.Second) }},
-	{"token", func(n string, l int64, w time.Duration) *policy.Rule { return token(n, l, w, l) }},
+	{"fixed", Fixed},
+	{"reset", ResetRule},
+	{"sliding", func(n string, l int64, w time.Duration) *policy.Rule { return Sliding(n, l, w, time.Second) }},
+	{"token", func(n string, l int64, w time.Duration) *policy.Rule { return Token(n, l, w, l) }},
 }
 
 func chk(r *policy.Rule, key string) limiter.Check { return limiter.Check{Rule: r, Key: key} }
@@ -139,7 +153,7 @@ func runSteps(t *testing.T, newStore Factory, steps []step) {
 	for i, st := range steps {
 		now := Base.Add(st.at)
 		clock.Set(now)
-		results, allowed := decide(t, s, st.checks)
+		allowed, results := Decide(t, s, st.checks...)
 		label := fmt.Sprintf("step %d (at +%v)", i+1, st.at)
 		if allowed != st.allowed {
 			t.Errorf("%s: allowed = %v, want %v", label, allowed, st.allowed)
@@ -163,9 +177,10 @@ func expected(r *policy.Rule, w want, now time.Time) limiter.Result {
 	}
 }
 
-// decide calls s.Decide with a background context, fails the test on an
-// error, and checks that the verdict agrees with limiter.Allowed.
-func decide(t *testing.T, s limiter.Store, cs []limiter.Check) ([]limiter.Result, bool) {
+// Decide calls s.Decide with a background context, fails the test on an
+// error, checks that the verdict agrees with limiter.Allowed, and returns
+// the verdict and the results.
+func Decide(t testing.TB, s limiter.Store, cs ...limiter.Check) (bool, []limiter.Result) {
 	t.Helper()
 	results := make([]limiter.Result, len(cs))
 	allowed, err := s.Decide(context.Background(), cs, results)
@@ -175,7 +190,7 @@ func decide(t *testing.T, s limiter.Store, cs []limiter.Check) ([]limiter.Result
 	if combined := limiter.Allowed(cs, results); combined != allowed {
 		t.Errorf("Decide returned allowed=%v but its results combine to %v", allowed, combined)
 	}
-	return results, allowed
+	return allowed, results
 }
 
 func expectResult(t *testing.T, label string, got, want limiter.Result) {
@@ -196,13 +211,13 @@ const us = time.Microsecond
 
 func testEmpty(t *testing.T, newStore Factory) {
 	s := newStore(t, NewClock(Base))
-	if _, allowed := decide(t, s, nil); !allowed {
+	if allowed, _ := Decide(t, s); !allowed {
 		t.Error("a decision without checks was denied")
 	}
 }
 
 func testFixed(t *testing.T, newStore Factory) {
-	r := fixed("f", 3, time.Minute)
+	r := Fixed("f", 3, time.Minute)
 	t.Run("WindowEdges", func(t *testing.T) {
 		runSteps(t, newStore, []step{
 			{10 * time.Second, checks(chk(r, "k")), true, []want{ok(2, time.Minute)}},
@@ -220,7 +235,7 @@ func testFixed(t *testing.T, newStore Factory) {
 	t.Run("EpochAligned", func(t *testing.T) {
 		// Base is 10 s past a multiple of 13 s since the Unix epoch, so the
 		// window that holds Base ends 3 s after it.
-		r := fixed("f13", 1, 13*time.Second)
+		r := Fixed("f13", 1, 13*time.Second)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(r, "k")), true, []want{ok(0, 3*time.Second)}},
 			{0, checks(chk(r, "k")), false, []want{deny(0, 3*time.Second, 3*time.Second)}},
@@ -231,7 +246,7 @@ func testFixed(t *testing.T, newStore Factory) {
 }
 
 func testReset(t *testing.T, newStore Factory) {
-	r := resetRule("r", 2, 10*time.Second)
+	r := ResetRule("r", 2, 10*time.Second)
 	t.Run("WindowEdges", func(t *testing.T) {
 		runSteps(t, newStore, []step{
 			{5 * time.Second, checks(chk(r, "k")), true, []want{ok(1, 15*time.Second)}},
@@ -254,7 +269,7 @@ func testReset(t *testing.T, newStore Factory) {
 	t.Run("DenialStartsNoWindow", func(t *testing.T) {
 		// Cost 3 over a limit of 2 never passes and never consumes, so no
 		// window is persisted: each decision reports a window from its now.
-		rc := with(r, cost(3))
+		rc := With(r, CostOf(3))
 		runSteps(t, newStore, []step{
 			{0, checks(chk(rc, "k")), false, []want{deny(2, 10*time.Second, 10*time.Second)}},
 			{4 * time.Second, checks(chk(rc, "k")), false, []want{deny(2, 14*time.Second, 10*time.Second)}},
@@ -264,7 +279,7 @@ func testReset(t *testing.T, newStore Factory) {
 
 func testSliding(t *testing.T, newStore Factory) {
 	t.Run("WindowEdges", func(t *testing.T) {
-		r := sliding("s", 4, 10*time.Second, time.Second)
+		r := Sliding("s", 4, 10*time.Second, time.Second)
 		ms := time.Millisecond
 		runSteps(t, newStore, []step{
 			{500 * ms, checks(chk(r, "k")), true, []want{ok(3, 10*time.Second)}},
@@ -284,7 +299,7 @@ func testSliding(t *testing.T, newStore Factory) {
 	t.Run("BucketByBucket", func(t *testing.T) {
 		// Buckets 0, 1, 2 hold 1, 2, 3 requests; each leaves the 5 s window
 		// at its own edge, which the Remaining of a probe shows.
-		r := sliding("s", 10, 5*time.Second, time.Second)
+		r := Sliding("s", 10, 5*time.Second, time.Second)
 		s := time.Second
 		runSteps(t, newStore, []step{
 			{0, checks(chk(r, "k")), true, []want{ok(9, 5*s)}},
@@ -307,7 +322,7 @@ func testSliding(t *testing.T, newStore Factory) {
 	})
 	t.Run("CoarseBuckets", func(t *testing.T) {
 		// 10 s buckets over a minute: k = 6.
-		r := sliding("s", 2, time.Minute, 10*time.Second)
+		r := Sliding("s", 2, time.Minute, 10*time.Second)
 		s := time.Second
 		runSteps(t, newStore, []step{
 			{15 * s, checks(chk(r, "k")), true, []want{ok(1, 70*s)}},
@@ -320,7 +335,7 @@ func testSliding(t *testing.T, newStore Factory) {
 	t.Run("CountAllWalk", func(t *testing.T) {
 		// Counted denials push the count over the limit, so the walk must
 		// add up several buckets before it reaches need.
-		r := with(sliding("s", 3, 10*time.Second, time.Second), countAll)
+		r := With(Sliding("s", 3, 10*time.Second, time.Second), CountAll)
 		ms := time.Millisecond
 		s := time.Second
 		runSteps(t, newStore, []step{
@@ -339,7 +354,7 @@ func testSliding(t *testing.T, newStore Factory) {
 	t.Run("CostOverLimit", func(t *testing.T) {
 		// A cost above the limit never passes: RetryAfter is ResetAfter,
 		// which is zero while every bucket is empty.
-		r := with(sliding("s", 2, 10*time.Second, time.Second), cost(3))
+		r := With(Sliding("s", 2, 10*time.Second, time.Second), CostOf(3))
 		runSteps(t, newStore, []step{
 			{500 * time.Millisecond, checks(chk(r, "k")), false, []want{deny(2, 500*time.Millisecond, 0)}},
 		})
@@ -351,7 +366,7 @@ func testToken(t *testing.T, newStore Factory) {
 	s := time.Second
 	t.Run("BurstAndRefill", func(t *testing.T) {
 		// 10 per 10 s: T = 1 s; burst 3: τ = 3 s.
-		r := token("t", 10, 10*s, 3)
+		r := Token("t", 10, 10*s, 3)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(r, "k")), true, []want{ok(2, 1*s)}},
 			{0, checks(chk(r, "k")), true, []want{ok(1, 2*s)}},
@@ -369,7 +384,7 @@ func testToken(t *testing.T, newStore Factory) {
 	})
 	t.Run("IntegerInterval", func(t *testing.T) {
 		// T = 1 s / 3 = 333333 µs (integer division), τ = 999999 µs.
-		r := token("t", 3, s, 3)
+		r := Token("t", 3, s, 3)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(r, "k")), true, []want{ok(2, 333333*us)}},
 			{0, checks(chk(r, "k")), true, []want{ok(1, 666666*us)}},
@@ -380,7 +395,7 @@ func testToken(t *testing.T, newStore Factory) {
 	})
 	t.Run("MinimumInterval", func(t *testing.T) {
 		// W / L rounds to 0; T is 1 µs, τ = 2 s.
-		r := token("t", 2_000_000, s, 2_000_000)
+		r := Token("t", 2_000_000, s, 2_000_000)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(r, "k")), true, []want{ok(1_999_999, us)}},
 		})
@@ -391,7 +406,7 @@ func testToken(t *testing.T, newStore Factory) {
 // the decision consume nothing, in either order and for every algorithm.
 func testAllOrNothing(t *testing.T, newStore Factory) {
 	s := time.Second
-	gate := fixed("gate", 1, time.Minute)
+	gate := Fixed("gate", 1, time.Minute)
 	// Reset of a rule of 5 per minute after one and after two requests at +10s.
 	resets := map[string][2]time.Duration{
 		"fixed": {60 * s, 60 * s}, "reset": {70 * s, 70 * s},
@@ -449,7 +464,7 @@ func testCost(t *testing.T, newStore Factory) {
 	}
 	for _, a := range algos {
 		t.Run(a.name, func(t *testing.T) {
-			ra := with(a.make("a", 5, time.Minute), cost(2))
+			ra := With(a.make("a", 5, time.Minute), CostOf(2))
 			rb := a.make("b", 5, time.Minute)
 			e := cases[a.name]
 			runSteps(t, newStore, []step{
@@ -465,8 +480,8 @@ func testCost(t *testing.T, newStore Factory) {
 func testCountAll(t *testing.T, newStore Factory) {
 	s := time.Second
 	t.Run("CountedWhenAnotherRuleDenies", func(t *testing.T) {
-		a := with(fixed("a", 5, time.Minute), countAll)
-		gate := fixed("gate", 1, time.Minute)
+		a := With(Fixed("a", 5, time.Minute), CountAll)
+		gate := Fixed("gate", 1, time.Minute)
 		runSteps(t, newStore, []step{
 			{10 * s, checks(chk(a, "k"), chk(gate, "k")), true, []want{ok(4, 60*s), ok(0, 60*s)}},
 			{10 * s, checks(chk(a, "k"), chk(gate, "k")), false, []want{ok(3, 60*s), deny(0, 60*s, 50*s)}},
@@ -479,7 +494,7 @@ func testCountAll(t *testing.T, newStore Factory) {
 	t.Run("TokenCountsDenials", func(t *testing.T) {
 		// T = 12 s, τ = 60 s. The sixth request is denied and counted: tat
 		// moves to +72s, so the next request passes at +24s, not +12s.
-		a := with(token("a", 5, time.Minute, 5), countAll)
+		a := With(Token("a", 5, time.Minute, 5), CountAll)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(a, "k")), true, []want{ok(4, 12*s)}},
 			{0, checks(chk(a, "k")), true, []want{ok(3, 24*s)}},
@@ -492,7 +507,7 @@ func testCountAll(t *testing.T, newStore Factory) {
 	})
 	t.Run("ResetCountsDenials", func(t *testing.T) {
 		// A counted denial on a fresh key starts the window.
-		a := with(with(resetRule("a", 2, 10*time.Second), countAll), cost(3))
+		a := With(With(ResetRule("a", 2, 10*time.Second), CountAll), CostOf(3))
 		runSteps(t, newStore, []step{
 			{0, checks(chk(a, "k")), false, []want{deny(0, 10*s, 10*s)}},
 			{4 * s, checks(chk(a, "k")), false, []want{deny(0, 10*s, 6*s)}},
@@ -504,8 +519,8 @@ func testShadow(t *testing.T, newStore Factory) {
 	s := time.Second
 	t.Run("OverLimitDoesNotDeny", func(t *testing.T) {
 		// T = 30 s, τ = 60 s.
-		sh := with(token("sh", 2, time.Minute, 2), shadow)
-		r := fixed("r", 5, time.Minute)
+		sh := With(Token("sh", 2, time.Minute, 2), Shadow)
+		r := Fixed("r", 5, time.Minute)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{ok(1, 30*s), ok(4, 60*s)}},
 			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{ok(0, 60*s), ok(3, 60*s)}},
@@ -520,8 +535,8 @@ func testShadow(t *testing.T, newStore Factory) {
 		// every request, including the ones it would have denied, while the
 		// request itself goes through. T = 30 s, τ = 60 s: the counted
 		// denial moves tat to +90s.
-		sh := with(with(token("sh", 2, time.Minute, 2), shadow), countAll)
-		r := fixed("r", 10, time.Minute)
+		sh := With(With(Token("sh", 2, time.Minute, 2), Shadow), CountAll)
+		r := Fixed("r", 10, time.Minute)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{ok(1, 30*s), ok(9, 60*s)}},
 			{0, checks(chk(sh, "k"), chk(r, "k")), true, []want{ok(0, 60*s), ok(8, 60*s)}},
@@ -530,8 +545,8 @@ func testShadow(t *testing.T, newStore Factory) {
 		})
 	})
 	t.Run("DeniedRequestConsumesNothing", func(t *testing.T) {
-		sh := with(fixed("sh", 5, time.Minute), shadow)
-		gate := fixed("gate", 1, time.Minute)
+		sh := With(Fixed("sh", 5, time.Minute), Shadow)
+		gate := Fixed("gate", 1, time.Minute)
 		runSteps(t, newStore, []step{
 			{0, checks(chk(sh, "k"), chk(gate, "k")), true, []want{ok(4, 60*s), ok(0, 60*s)}},
 			{0, checks(chk(sh, "k"), chk(gate, "k")), false, []want{ok(4, 60*s), deny(0, 60*s, 60*s)}},
@@ -544,9 +559,9 @@ func testShadow(t *testing.T, newStore Factory) {
 // together.
 func testCounters(t *testing.T, newStore Factory) {
 	s := time.Second
-	a := fixed("a", 2, time.Minute)
-	b := fixed("b", 2, time.Minute)
-	ab := fixed("ab", 2, time.Minute)
+	a := Fixed("a", 2, time.Minute)
+	b := Fixed("b", 2, time.Minute)
+	ab := Fixed("ab", 2, time.Minute)
 	runSteps(t, newStore, []step{
 		{0, checks(chk(a, "k1")), true, []want{ok(1, 60*s)}},
 		{0, checks(chk(a, "k1")), true, []want{ok(0, 60*s)}},
@@ -576,16 +591,16 @@ func testRetryAfter(t *testing.T, newStore Factory) {
 		}
 		return ds
 	}
-	f := fixed("f", 2, time.Minute)
-	r := resetRule("r", 2, 10*s)
-	sl := sliding("s", 4, 10*s, s)
-	slAll := with(sliding("s", 3, 10*s, s), countAll)
-	slCoarse := sliding("s", 2, time.Minute, 10*s)
-	tk := token("t", 10, 10*s, 3)
-	tkAll := with(token("t", 5, time.Minute, 5), countAll)
-	tkCost := with(token("t", 5, time.Minute, 5), cost(2))
-	fCost := with(fixed("f", 5, time.Minute), cost(2))
-	gate := fixed("gate", 1, 13*s)
+	f := Fixed("f", 2, time.Minute)
+	r := ResetRule("r", 2, 10*s)
+	sl := Sliding("s", 4, 10*s, s)
+	slAll := With(Sliding("s", 3, 10*s, s), CountAll)
+	slCoarse := Sliding("s", 2, time.Minute, 10*s)
+	tk := Token("t", 10, 10*s, 3)
+	tkAll := With(Token("t", 5, time.Minute, 5), CountAll)
+	tkCost := With(Token("t", 5, time.Minute, 5), CostOf(2))
+	fCost := With(Fixed("f", 5, time.Minute), CostOf(2))
+	gate := Fixed("gate", 1, 13*s)
 	cases := []struct {
 		name string
 		ds   []decision // the last one must be denied
@@ -627,7 +642,7 @@ func testRetryAfter(t *testing.T, newStore Factory) {
 				var allowed bool
 				for _, d := range c.ds {
 					clock.Set(Base.Add(d.at))
-					results, allowed = decide(t, st, d.checks)
+					allowed, results = Decide(t, st, d.checks...)
 				}
 				if allowed {
 					t.Fatal("bad test: the last decision was allowed")
@@ -647,13 +662,13 @@ func testRetryAfter(t *testing.T, newStore Factory) {
 
 			st, clock, wait := setup()
 			clock.Advance(wait - us)
-			if _, allowed := decide(t, st, last); allowed {
+			if allowed, _ := Decide(t, st, last...); allowed {
 				t.Errorf("retry 1µs before RetryAfter (%v) was allowed", wait)
 			}
 
 			st, clock, wait = setup()
 			clock.Advance(wait)
-			if _, allowed := decide(t, st, last); !allowed {
+			if allowed, _ := Decide(t, st, last...); !allowed {
 				t.Errorf("retry at exactly RetryAfter (%v) was denied", wait)
 			}
 		})
@@ -722,7 +737,7 @@ func testConcurrentOpposite(t *testing.T, newStore Factory) {
 	for _, algo := range algos {
 		t.Run(algo.name, func(t *testing.T) {
 			a := algo.make("a", 300, 24*time.Hour)
-			b := fixed("b", 1000, 24*time.Hour)
+			b := Fixed("b", 1000, 24*time.Hour)
 			pairs := [][2]limiter.Check{
 				{chk(a, "x"), chk(b, "x")},
 				{chk(a, "y"), chk(b, "x")},
@@ -774,12 +789,12 @@ func testConcurrentOpposite(t *testing.T, newStore Factory) {
 				if n := count[chk(a, key)]; n != 300 {
 					t.Errorf("rule a key %s allowed %d decisions, want 300", key, n)
 				}
-				res, _ := decide(t, st, checks(chk(a, key)))
+				_, res := Decide(t, st, chk(a, key))
 				if res[0].Allowed {
 					t.Errorf("rule a key %s still has room after the race: %s", key, fmtResult(res[0]))
 				}
 				want := int64(1000 - count[chk(b, key)] - 1)
-				res, _ = decide(t, st, checks(chk(b, key)))
+				_, res = Decide(t, st, chk(b, key))
 				if res[0].Remaining != want {
 					t.Errorf("rule b key %s: Remaining %d after a probe, want %d (%d allowed decisions)",
 						key, res[0].Remaining, want, count[chk(b, key)])
