@@ -144,8 +144,17 @@ func soak(ctx context.Context, o soakOptions, stdout, progress io.Writer) error 
 		})
 	}
 
-	fmt.Fprintf(stdout, "Soak: %s at %d decisions/s over %d live keys per rule, window %s (fixed and sliding), cleanup every minute. Machine: %s, Go %s, PostgreSQL %s.\n\n",
-		o.duration, o.rate, o.keys, o.window, machine(), strings.TrimPrefix(runtime.Version(), "go"), db.version(ctx))
+	var autovacuum string
+	if err := pool.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Soak: %s at %d decisions/s over %d live keys per rule, window %s (fixed and sliding), cleanup every minute. Machine: %s, Go %s, PostgreSQL %s, autovacuum %s.\n\n",
+		o.duration, o.rate, o.keys, o.window, machine(), strings.TrimPrefix(runtime.Version(), "go"), db.version(ctx), autovacuum)
+	if autovacuum != "on" {
+		// Cleanup deletes rows; only vacuum gives their space back.
+		fmt.Fprintln(stdout, "Note: autovacuum is off on this server, so the table's size grows with the dead rows of cleanup and updates; sluice relies on autovacuum, as Postgres runs it by default.")
+		fmt.Fprintln(stdout)
+	}
 	fmt.Fprintln(stdout, "| elapsed | decisions/s | failed | counters rows | table size | resident memory | heap in use |")
 	fmt.Fprintln(stdout, "|--:|--:|--:|--:|--:|--:|--:|")
 	tick := time.NewTicker(o.sample)
