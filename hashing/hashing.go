@@ -15,8 +15,6 @@ import (
 	"errors"
 	"hash"
 	"sync"
-
-	"github.com/sluicehq/sluice/policy"
 )
 
 // KeyLen is the length of every key returned by Hasher.Key: a 32-byte
@@ -55,18 +53,19 @@ func New(key []byte) (*Hasher, error) {
 	return h, nil
 }
 
-// Key returns the HMAC-SHA256, under the Hasher's key, of kind's name, a
-// zero byte and value, as 43 characters of unpadded base64url.
+// Key returns the HMAC-SHA256, under the Hasher's key, of domain, a zero
+// byte and value, as 43 characters of unpadded base64url.
 //
-// The kind's name separates domains, so the same value counted by two
-// identity kinds (a tenant id that looks like an email, say) gives two
-// unrelated keys; kind names contain no zero byte, so the message is an
-// unambiguous encoding of the pair. Callers canonicalise value first (see
-// IPGroup and CanonicalEmail): Key hashes bytes as given.
-func (h *Hasher) Key(kind policy.IdentityKind, value string) string {
+// The domain separates kinds of identifier (sluice passes the identity
+// kind's name: "ip", "email", "tenant"...), so the same value counted by
+// two kinds (a tenant id that looks like an email, say) gives two
+// unrelated keys; a domain must contain no zero byte, so that the message
+// is an unambiguous encoding of the pair. Callers canonicalise value first
+// (see IPGroup and CanonicalEmail): Key hashes bytes as given.
+func (h *Hasher) Key(domain, value string) string {
 	st := h.pool.Get().(*hasherState)
 	st.mac.Reset()
-	st.msg = append(st.msg[:0], kind.String()...)
+	st.msg = append(st.msg[:0], domain...)
 	st.msg = append(st.msg, 0)
 	st.msg = append(st.msg, value...)
 	st.mac.Write(st.msg)

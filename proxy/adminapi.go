@@ -78,7 +78,7 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 	case len(given) > 1:
 		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant or header, got " + strings.Join(given, ", ")}
 	case len(given) == 0 && rule.Identity.Kind == policy.ByGlobal:
-		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal, "")}, nil
+		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal.String(), "")}, nil
 	case len(given) == 0:
 		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts by %s: give %s=", name, rule.Identity.Kind, identityParam(rule.Identity.Kind))}
 	}
@@ -107,7 +107,7 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 	if value == "" {
 		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}
 	}
-	return limiter.Check{Rule: rule, Key: a.hasher.Key(kind, value)}, nil
+	return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
 }
 
 func identityParam(k policy.IdentityKind) string {

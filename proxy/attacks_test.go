@@ -67,7 +67,7 @@ func (g *testGateway) key(ruleKey string) string {
 	rule, id, _ := strings.Cut(ruleKey, "=")
 	kind, value, _ := strings.Cut(id, ":")
 	k := map[string]policy.IdentityKind{"ip": policy.ByIP, "email": policy.ByEmail, "tenant": policy.ByTenant, "header": policy.ByHeader}[kind]
-	return rule + "=" + g.hasher.Key(k, value)
+	return rule + "=" + g.hasher.Key(k.String(), value)
 }
 
 // attack is one request and what sluice must make of it.

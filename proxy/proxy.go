@@ -89,7 +89,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg:    cfg,
 		log:    cfg.Logger,
-		global: cfg.Hasher.Key(policy.ByGlobal, ""),
+		global: cfg.Hasher.Key(policy.ByGlobal.String(), ""),
 		bodies: newBodyPool(cfg.MaxBodyBytes),
 	}
 	p.states.New = func() any { return new(requestState) }
@@ -253,10 +253,10 @@ func (p *Proxy) key(r *http.Request, ident *identity.Request, rule *policy.Rule,
 		return "", err
 	}
 	if found {
-		return p.cfg.Hasher.Key(rule.Identity.Kind, value), nil
+		return p.cfg.Hasher.Key(rule.Identity.Kind.String(), value), nil
 	}
 	if *ipKey == "" {
-		*ipKey = p.cfg.Hasher.Key(policy.ByIP, hashing.IPGroup(client))
+		*ipKey = p.cfg.Hasher.Key(policy.ByIP.String(), hashing.IPGroup(client))
 	}
 	return *ipKey, nil
 }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// layers says which of sluice's packages each package's code (tests
+// aside) may import: the code map of the README, enforced. A package
+// missing here fails the test, so that a new one gets its place on the
+// map.
+var layers = map[string][]string{
+	// The leaves: what a rule is, how identifiers are hashed, the schema.
+	"policy":     nil,
+	"hashing":    nil,
+	"migrations": nil,
+	// Decisions: the Store interface, the fast path, the breaker, the fail
+	// modes; then one package per store, which know nothing of HTTP.
+	"limiter":           {"policy"},
+	"limiter/memory":    {"limiter", "policy"},
+	"limiter/postgres":  {"limiter", "policy", "migrations"},
+	"limiter/storetest": {"limiter", "policy"},
+	// HTTP: identities from requests, then the proxy and the admin API,
+	// which see the limiter and never a particular store.
+	"proxy/identity": {"hashing"},
+	"proxy":          {"hashing", "limiter", "policy", "proxy/identity"},
+	// Test and measurement support.
+	"migrations/pgtest": {"limiter/postgres"},
+	"deploy":            nil,
+	"bench":             {"limiter", "limiter/postgres", "policy"},
+	"bench/baseline":    {"proxy"},
+	"bench/upstream":    nil,
+	// main wires everything.
+	"": {"hashing", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+}
+
+// TestLayering checks every package's imports of sluice's own packages
+// against layers.
+func TestLayering(t *testing.T) {
+	const module = "github.com/sluicehq/sluice"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		seen[pkg] = true
+		allowed, ok := layers[pkg]
+		if !ok {
+			t.Errorf("package %q has no place in the layers (layering_test.go and the README's code map)", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			dep, ours := strings.CutPrefix(imp, module+"/")
+			if !ours {
+				continue
+			}
+			if !slices.Contains(allowed, dep) {
+				t.Errorf("%q imports %q, which its layer does not allow (allowed: %v)", pkg, dep, allowed)
+			}
+		}
+	}
+	for pkg := range layers {
+		if !seen[pkg] {
+			t.Errorf("layers names %q, which is no package: remove it", pkg)
+		}
+	}
+}
