@@ -46,11 +46,12 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		log.Warn("no database configured: running on the in-memory store; limits are per-instance and not durable")
 		mem := memory.New(memory.WithMaxKeys(cfg.MemoryMaxKeys), memory.WithForget(forget))
 		return &backend{
-			store: mem,
-			keys:  mem,
-			run:   mem.Run,
-			close: func() {},
-			desc:  []zap.Field{zap.String("store", "memory"), zap.Int("memory_max_keys", cfg.MemoryMaxKeys)},
+			store:      mem,
+			keys:       mem,
+			run:        mem.Run,
+			collectors: mem.Collectors("memory"),
+			close:      func() {},
+			desc:       []zap.Field{zap.String("store", "memory"), zap.Int("memory_max_keys", cfg.MemoryMaxKeys)},
 		}, nil
 	}
 

@@ -595,6 +595,14 @@ func TestMemoryFloodBounded(t *testing.T) {
 			t.Errorf("victim %d after the flood: %d, want 429", v, s)
 		}
 	}
+	admin := &faultGateway{admin: "http://" + p.admin}
+	m := admin.metrics(t)
+	if n := m[`sluice_memory_counters{store="memory"}`]; n > 1000+64 {
+		t.Errorf("sluice_memory_counters %v, want at most SLUICE_MEMORY_MAX_KEYS and the overflow counters", n)
+	}
+	if m[`sluice_memory_overflowed_total{store="memory"}`] == 0 {
+		t.Error("sluice_memory_overflowed_total is 0 after the flood")
+	}
 	t.Logf("resident memory %.1f MB before %d fresh keys, %.1f MB after", float64(before)/1e6, flood, float64(after)/1e6)
 	if grew := after - before; grew > 8<<20 {
 		t.Errorf("resident memory grew by %.1f MB over the flood, want a few MB at most", float64(grew)/1e6)

@@ -83,6 +83,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 
 	local := memory.New(memory.WithMaxKeys(cfg.MemoryMaxKeys))
 	g.runners = append(g.runners, local.Run)
+	reg.MustRegister(local.Collectors("local")...)
 	var breaker limiter.Breaker
 	if be.breaker != nil {
 		breaker = be.breaker

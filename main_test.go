@@ -129,7 +129,12 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestAdminListener(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	// The upstream answers every path with a mark of its own, so that a
+	// public request the admin mux answered would show.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, "from the upstream "+r.URL.Path)
+	}))
 	defer up.Close()
 	env := base()
 	env["SLUICE_UPSTREAM"] = up.URL
@@ -143,9 +148,14 @@ func TestAdminListener(t *testing.T) {
 	if code, body := get(t, g.admin+"/metrics"); code != 200 || !strings.Contains(body, "sluice_upstream_duration_seconds") {
 		t.Errorf("/metrics: %d", code)
 	}
-	// The admin API is never on the public listener.
-	if code, _ := get(t, g.url+"/healthz"); code != 200 {
-		t.Fatalf("public /healthz should be proxied: %d", code)
+	// The admin API is never on the public listener: every admin path
+	// there reaches the upstream.
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/rules", "/v1/keys?rule=login&ip=1.2.3.4"} {
+		code, body := get(t, g.url+path)
+		p, _, _ := strings.Cut(path, "?")
+		if code != http.StatusTeapot || body != "from the upstream "+p {
+			t.Errorf("public %s: %d %q, want the upstream's answer", path, code, body)
+		}
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -411,6 +413,26 @@ func (s *Store) Len() int {
 // Overflowed returns how many checks were counted in an overflow counter
 // because the store was full.
 func (s *Store) Overflowed() uint64 { return s.overflow.Load() }
+
+// Collectors returns Prometheus metrics of the store, labelled
+// store=name: sluice_memory_counters (counters held, overflow counters
+// included) and sluice_memory_overflowed_total (checks counted in an
+// overflow counter because the store was full: new keys sharing a limit).
+func (s *Store) Collectors(name string) []prometheus.Collector {
+	labels := prometheus.Labels{"store": name}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "sluice_memory_counters",
+			Help:        "Counters held by an in-memory store (store=memory: the store without a database; store=local: the fail=local limiter).",
+			ConstLabels: labels,
+		}, func() float64 { return float64(s.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "sluice_memory_overflowed_total",
+			Help:        "Checks an in-memory store counted in a shared overflow counter because it held SLUICE_MEMORY_MAX_KEYS counters.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(s.Overflowed()) }),
+	}
+}
 
 // Sweep drops every counter whose state has expired at now (an expired
 // counter reads exactly like an absent one) and returns how many it
