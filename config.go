@@ -217,7 +217,15 @@ func isLoopback(host string) bool {
 type configError struct{ problems []string }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf("invalid configuration (%d problems):\n  %s", len(e.problems), strings.Join(e.problems, "\n  "))
+	return fmt.Sprintf("invalid configuration (%s):\n  %s", countProblems(len(e.problems)), strings.Join(e.problems, "\n  "))
+}
+
+// countProblems is "1 problem" or "N problems".
+func countProblems(n int) string {
+	if n == 1 {
+		return "1 problem"
+	}
+	return fmt.Sprintf("%d problems", n)
 }
 
 // rulesSource returns the rule text and where it came from, for messages.

@@ -159,7 +159,9 @@ func TestLoadErrors(t *testing.T) {
 		{"headers none mixed", map[string]string{"SLUICE_HEADERS": "none,x"}, `SLUICE_HEADERS: none cannot be combined with other families, got "none,x"`},
 		{"log level", map[string]string{"SLUICE_LOG_LEVEL": "loud"}, `SLUICE_LOG_LEVEL: expected debug, info, warn or error, got "loud"`},
 		{"log format", map[string]string{"SLUICE_LOG_FORMAT": "xml"}, `SLUICE_LOG_FORMAT: expected json or console, got "xml"`},
-		{"rules", map[string]string{"SLUICE_RULES": "login POST /api/login by ip 5/15m"}, "SLUICE_RULES: line 1"},
+		{"rules", map[string]string{"SLUICE_RULES": "login POST /api/login by ip 5/15m"}, `SLUICE_RULES: line 1: name: expected "name:" at the start of the rule, got "login"`},
+		{"rules, the second of a line", map[string]string{"SLUICE_RULES": "login: POST /api/login by ip 5/15m; reset: POST /api/reset by ip 5/15x"}, `SLUICE_RULES: line 1, column 37: rule "reset": limit: expected N/window such as 5/15m, got "5/15x"`},
+		{"rules, unknown method", map[string]string{"SLUICE_RULES": "login: GETT /api/login by ip 5/15m"}, `SLUICE_RULES: line 1: rule "login": methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got "GETT"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := base()
@@ -177,12 +179,15 @@ func TestLoadErrors(t *testing.T) {
 			got := ce.problems[0]
 			// Messages from other packages are checked by prefix; their
 			// exact text is tested where they are made.
-			prefixOnly := strings.HasSuffix(tc.want, ": ") || tc.name == "rules"
+			prefixOnly := strings.HasSuffix(tc.want, ": ")
 			if (!prefixOnly && got != tc.want) || !strings.HasPrefix(got, tc.want) {
 				t.Fatalf("problem\n got: %s\nwant: %s", got, tc.want)
 			}
 			if strings.Contains(err.Error(), "secret") {
 				t.Fatalf("message leaks a password: %s", err)
+			}
+			if head, _, _ := strings.Cut(err.Error(), "\n"); head != "invalid configuration (1 problem):" {
+				t.Fatalf("first line %q, want the count in the singular", head)
 			}
 		})
 	}
