@@ -21,34 +21,39 @@ import (
 	"github.com/sluicehq/sluice/proxy/identity"
 )
 
-// settings mirrors SPEC section 2: every variable sluice reads, with its
-// default. Values are validated in one pass by load.
+// settings are every variable sluice reads, with its default. Values are
+// validated in one pass by load.
 type settings struct {
-	Upstream       string        `env:"SLUICE_UPSTREAM"`
-	Routes         string        `env:"SLUICE_ROUTES"`
-	Listen         string        `env:"SLUICE_LISTEN" envDefault:":8080"`
-	AdminListen    string        `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090"`
-	DatabaseURL    string        `env:"SLUICE_DATABASE_URL"`
-	DatabaseURLAlt string        `env:"DATABASE_URL"`
-	DBSchema       string        `env:"SLUICE_DB_SCHEMA" envDefault:"sluice"`
-	AutoMigrate    bool          `env:"SLUICE_AUTO_MIGRATE" envDefault:"true"`
-	Rules          string        `env:"SLUICE_RULES"`
-	RulesFile      string        `env:"SLUICE_RULES_FILE"`
-	HashKey        string        `env:"SLUICE_HASH_KEY"`
-	TrustedProxies string        `env:"SLUICE_TRUSTED_PROXIES"`
-	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"local"`
-	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
-	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
-	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`
-	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
-	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
-	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
-	MemoryMaxKeys  int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000"`
-	StartTimeout   time.Duration `env:"SLUICE_START_TIMEOUT" envDefault:"10s"`
-	Headers        string        `env:"SLUICE_HEADERS" envDefault:"ietf,x"`
-	AdminToken     string        `env:"SLUICE_ADMIN_TOKEN"`
-	LogLevel       string        `env:"SLUICE_LOG_LEVEL" envDefault:"info"`
-	LogFormat      string        `env:"SLUICE_LOG_FORMAT" envDefault:"json"`
+	Upstream          string        `env:"SLUICE_UPSTREAM"`
+	Routes            string        `env:"SLUICE_ROUTES"`
+	Listen            string        `env:"SLUICE_LISTEN" envDefault:":8080"`
+	AdminListen       string        `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090"`
+	DatabaseURL       string        `env:"SLUICE_DATABASE_URL"`
+	DatabaseURLAlt    string        `env:"DATABASE_URL"`
+	DBSchema          string        `env:"SLUICE_DB_SCHEMA" envDefault:"sluice"`
+	AutoMigrate       bool          `env:"SLUICE_AUTO_MIGRATE" envDefault:"true"`
+	Rules             string        `env:"SLUICE_RULES"`
+	RulesFile         string        `env:"SLUICE_RULES_FILE"`
+	HashKey           string        `env:"SLUICE_HASH_KEY"`
+	TrustedProxies    string        `env:"SLUICE_TRUSTED_PROXIES"`
+	FailMode          string        `env:"SLUICE_FAIL_MODE" envDefault:"local"`
+	DBTimeout         time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
+	DBBatch           bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
+	DBBatchWait       time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`
+	DBSyncCommit      string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"on"`
+	LocalCacheSize    int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
+	MaxBodyBytes      int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
+	MemoryMaxKeys     int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000"`
+	StartTimeout      time.Duration `env:"SLUICE_START_TIMEOUT" envDefault:"10s"`
+	ReadHeaderTimeout time.Duration `env:"SLUICE_READ_HEADER_TIMEOUT" envDefault:"5s"`
+	ReadTimeout       time.Duration `env:"SLUICE_READ_TIMEOUT" envDefault:"60s"`
+	IdleTimeout       time.Duration `env:"SLUICE_IDLE_TIMEOUT" envDefault:"120s"`
+	WriteTimeout      time.Duration `env:"SLUICE_WRITE_TIMEOUT" envDefault:"0"`
+	UpstreamTimeout   time.Duration `env:"SLUICE_UPSTREAM_TIMEOUT" envDefault:"60s"`
+	Headers           string        `env:"SLUICE_HEADERS" envDefault:"ietf,x"`
+	AdminToken        string        `env:"SLUICE_ADMIN_TOKEN"`
+	LogLevel          string        `env:"SLUICE_LOG_LEVEL" envDefault:"info"`
+	LogFormat         string        `env:"SLUICE_LOG_FORMAT" envDefault:"json"`
 }
 
 // config is the validated form of settings that the rest of main wires up.
@@ -61,6 +66,7 @@ type config struct {
 	trusted        identity.TrustedProxies
 	failMode       policy.FailMode
 	headers        proxy.HeaderFamilies
+	timeouts       proxy.Timeouts
 	logLevel       zapcore.Level
 	hashKeyDerived bool // no SLUICE_HASH_KEY: a random per-process key is used
 }
@@ -182,6 +188,23 @@ func load(environ map[string]string) (*config, error) {
 	if s.StartTimeout < 0 && !unparsed["SLUICE_START_TIMEOUT"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_START_TIMEOUT: must be 0 (do not wait) or more, got %s", s.StartTimeout))
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"SLUICE_READ_HEADER_TIMEOUT", s.ReadHeaderTimeout},
+		{"SLUICE_READ_TIMEOUT", s.ReadTimeout},
+		{"SLUICE_IDLE_TIMEOUT", s.IdleTimeout},
+		{"SLUICE_UPSTREAM_TIMEOUT", s.UpstreamTimeout},
+	} {
+		if d.v <= 0 && !unparsed[d.name] {
+			problems = append(problems, fmt.Sprintf("%s: must be positive, got %s", d.name, d.v))
+		}
+	}
+	if s.WriteTimeout < 0 && !unparsed["SLUICE_WRITE_TIMEOUT"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_WRITE_TIMEOUT: must be 0 (never cut a response) or more, got %s", s.WriteTimeout))
+	}
+	c.timeouts = proxy.Timeouts{ReadHeader: s.ReadHeaderTimeout, Read: s.ReadTimeout, Idle: s.IdleTimeout, Write: s.WriteTimeout, Upstream: s.UpstreamTimeout}
 	if h, err := proxy.ParseHeaderFamilies(s.Headers); err != nil {
 		problems = append(problems, "SLUICE_HEADERS: "+err.Error())
 	} else {

@@ -110,6 +110,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		Trusted:      cfg.trusted,
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Headers:      cfg.headers,
+		Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
 		Logger:       log,
 		Metrics:      proxy.NewMetrics(reg),
 	})
@@ -117,15 +118,29 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		be.close()
 		return nil, err
 	}
-	g.public = proxy.NewServer(px)
+	g.public = proxy.NewServer(px, cfg.timeouts)
 	g.public.ErrorLog = zap.NewStdLog(log)
 	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{
 		Policy: cfg.policy, Ready: be.ready, Gatherer: reg,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
-	}))
+	}), adminTimeouts(cfg.timeouts))
 	g.admin.ErrorLog = g.public.ErrorLog
 	return g, nil
 }
+
+// adminTimeouts are the admin listener's: the public listener's, but with
+// a write limit even when SLUICE_WRITE_TIMEOUT has none, since nothing
+// there streams and a client that never reads must not hold a connection.
+func adminTimeouts(t proxy.Timeouts) proxy.Timeouts {
+	if t.Write == 0 {
+		t.Write = adminWriteTimeout
+	}
+	return t
+}
+
+// adminWriteTimeout bounds an admin response when SLUICE_WRITE_TIMEOUT
+// does not.
+const adminWriteTimeout = 60 * time.Second
 
 // serve runs the gateway until ctx is cancelled. The admin listener serves
 // at once (health, readiness, metrics); the public listener is opened with

@@ -45,7 +45,8 @@ type Config struct {
 	// read the body, and are streamed elsewhere. Zero means 64 KiB.
 	MaxBodyBytes int64
 	Headers      HeaderFamilies
-	// Transport reaches the upstreams; nil means NewTransport().
+	// Transport reaches the upstreams; nil means
+	// NewTransport(DefaultTimeouts().Upstream).
 	Transport http.RoundTripper
 	Logger    *zap.Logger // nil means no logging
 	Metrics   *Metrics    // nil means no metrics
@@ -81,7 +82,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.MaxBodyBytes = 64 << 10
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+		cfg.Transport = NewTransport(DefaultTimeouts().Upstream)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

@@ -659,7 +659,7 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 	upURL, _ := url.Parse(up.URL)
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
-		Transport: NewTransport(),
+		Transport: NewTransport(DefaultTimeouts().Upstream),
 	}
 	b.ReportAllocs()
 	for b.Loop() {
