@@ -76,7 +76,6 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 	return serve(ctx, cfg)
 }
 
-
 // checkConfig prints the parsed rules as a table.
 func checkConfig(cfg *config, stdout io.Writer) error {
 	store := "memory (per-instance, not durable)"
