@@ -140,13 +140,8 @@ func load(environ map[string]string) (*config, error) {
 		problems = append(problems, fmt.Sprintf("SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got %q", s.DBSchema))
 	}
 
-	src, origin, err := rulesSource(s)
-	if err != nil {
-		problems = append(problems, err.Error())
-	} else if p, err := policy.Parse(src); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			problems = append(problems, origin+": "+line)
-		}
+	if p, msgs := loadRules(s); len(msgs) > 0 {
+		problems = append(problems, msgs...)
 	} else {
 		c.policy = p
 	}
@@ -249,6 +244,24 @@ func countProblems(n int) string {
 		return "1 problem"
 	}
 	return fmt.Sprintf("%d problems", n)
+}
+
+// loadRules reads and parses the rules of SLUICE_RULES or SLUICE_RULES_FILE:
+// the policy, or every problem, each naming where the rules came from.
+func loadRules(s settings) (*policy.Policy, []string) {
+	src, origin, err := rulesSource(s)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	p, err := policy.Parse(src)
+	if err != nil {
+		var problems []string
+		for _, line := range strings.Split(err.Error(), "\n") {
+			problems = append(problems, origin+": "+line)
+		}
+		return nil, problems
+	}
+	return p, nil
 }
 
 // rulesSource returns the rule text and where it came from, for messages.

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +38,8 @@ type gateway struct {
 	public  *http.Server
 	admin   *http.Server
 	backend *backend
+	proxy   *proxy.Proxy
+	reloads *prometheus.CounterVec // sluice_rules_reloads_total
 	runners []func(context.Context)
 }
 
@@ -118,10 +123,12 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		be.close()
 		return nil, err
 	}
+	g.proxy = px
+	g.reloads = newReloadsCounter(reg)
 	g.public = proxy.NewServer(px, cfg.timeouts)
 	g.public.ErrorLog = zap.NewStdLog(log)
 	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{
-		Policy: cfg.policy, Ready: be.ready, Gatherer: reg,
+		Policy: px.Policy, Ready: be.ready, Gatherer: reg,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
 	}), adminTimeouts(cfg.timeouts))
 	g.admin.ErrorLog = g.public.ErrorLog
@@ -148,9 +155,13 @@ const adminWriteTimeout = 60 * time.Second
 // after a start are decided exactly, or after SLUICE_START_TIMEOUT, when it
 // opens anyway and the fail modes decide until the store is ready. On
 // cancellation it stops accepting, lets in-flight requests finish (bounded
-// by shutdownGrace) and stops the background work.
+// by shutdownGrace) and stops the background work. SIGHUP reloads the
+// rules (see reload) and never stops it.
 func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, error), admin net.Listener) error {
 	defer g.backend.close()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, r := range g.runners {
@@ -183,10 +194,17 @@ func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, er
 		zap.Bool("store_ready", ready),
 		zap.Duration("after", time.Since(began)))...)
 
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-		err = fmt.Errorf("listener stopped: %w", err)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err = <-errc:
+			err = fmt.Errorf("listener stopped: %w", err)
+			break wait
+		case <-hup:
+			g.reload() //nolint:errcheck // reload logs and counts its own failure
+		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()

@@ -25,6 +25,10 @@ import (
 )
 
 func main() {
+	// SIGHUP's default action ends the process. It reloads the rules once
+	// the gateway serves (gateway.serve asks for it again); until then, and
+	// for every other command, it is ignored rather than fatal.
+	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], environ(), os.Stdout)
 	stop()

@@ -30,7 +30,7 @@ type KeyStore interface {
 
 // adminAPI serves /v1/keys and /v1/overrides.
 type adminAPI struct {
-	policy *policy.Policy
+	policy func() *policy.Policy // the rules in force
 	store  KeyStore
 	hasher *hashing.Hasher
 }
@@ -56,7 +56,7 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 	if name == "" {
 		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "query parameter rule is required"}
 	}
-	rule, ok := a.policy.Lookup(name)
+	rule, ok := a.policy().Lookup(name)
 	if !ok {
 		return limiter.Check{}, &problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s'", name)}
 	}

@@ -48,7 +48,7 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	pub := httptest.NewServer(p)
 	t.Cleanup(pub.Close)
 	adm := httptest.NewServer(NewAdmin(AdminConfig{
-		Policy: pol, Gatherer: prometheus.NewRegistry(),
+		Policy: p.Policy, Gatherer: prometheus.NewRegistry(),
 		Keys: mem, Hasher: h, Token: token,
 	}))
 	t.Cleanup(adm.Close)

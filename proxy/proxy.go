@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,9 +36,10 @@ import (
 type Config struct {
 	Upstream *url.URL
 	Routes   []Route // longest prefix first, as ParseRoutes returns them
-	Policy   *policy.Policy
-	Limiter  *limiter.Limiter
-	Hasher   *hashing.Hasher
+	// Policy is the rules to start with; SetPolicy replaces them.
+	Policy  *policy.Policy
+	Limiter *limiter.Limiter
+	Hasher  *hashing.Hasher
 	// Trusted lists the proxies whose X-Forwarded-For is believed.
 	Trusted identity.TrustedProxies
 	// MaxBodyBytes bounds the request bodies that are buffered whole
@@ -55,8 +57,9 @@ type Config struct {
 // Proxy is the gateway's public handler. It is safe for concurrent use.
 type Proxy struct {
 	cfg     Config
-	rp      *httputil.ReverseProxy // for requests a rule matched
-	plain   *httputil.ReverseProxy // for the rest: the upstream's headers pass untouched
+	policy  atomic.Pointer[policy.Policy] // the rules in force
+	rp      *httputil.ReverseProxy        // for requests a rule matched
+	plain   *httputil.ReverseProxy        // for the rest: the upstream's headers pass untouched
 	log     *zap.Logger
 	global  string // the key every "by global" rule counts
 	states  sync.Pool
@@ -93,6 +96,7 @@ func New(cfg Config) (*Proxy, error) {
 		global: cfg.Hasher.Key(policy.ByGlobal, ""),
 		bodies: newBodyPool(cfg.MaxBodyBytes),
 	}
+	p.policy.Store(cfg.Policy)
 	p.states.New = func() any { return new(requestState) }
 	for _, r := range cfg.Routes {
 		p.upNames = append(p.upNames, r.Prefix)
@@ -117,6 +121,14 @@ func New(cfg Config) (*Proxy, error) {
 	p.plain = &plain
 	return p, nil
 }
+
+// Policy returns the rules in force.
+func (p *Proxy) Policy() *policy.Policy { return p.policy.Load() }
+
+// SetPolicy puts pol in force for the requests that arrive from now on. A
+// request already being served finishes under the rules it started with:
+// each request reads the rules once. pol must not be nil.
+func (p *Proxy) SetPolicy(pol *policy.Policy) { p.policy.Store(pol) }
 
 // ServeHTTP decides r against every matching rule and forwards it or
 // answers it.
@@ -145,6 +157,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path, r.URL.RawPath = unescaped, canonical
 	}
 	match := policy.MatchPath(canonical)
+	rules := p.policy.Load()
 
 	st := p.states.Get().(*requestState)
 	defer func() {
@@ -158,10 +171,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// upper-case them; matching upper-case means "post" cannot slip past a
 	// POST rule. The request is forwarded with the method as sent.
 	method := upperMethod(r.Method)
-	st.rules = p.cfg.Policy.Match(method, match, st.rules[:0])
+	st.rules = rules.Match(method, match, st.rules[:0])
 	// A "_method" field can only matter where some rule applies to the
 	// path under another method; only then is it read.
-	override := p.cfg.Policy.MethodMatters(method, match)
+	override := rules.MethodMatters(method, match)
 	contentType := r.Header["Content-Type"]
 	need := needsBody(st.rules) || override && identity.ReadsBody(contentType)
 
@@ -192,7 +205,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if m != "" && m != method {
 			methods := [2]string{method, m}
-			st.rules = p.cfg.Policy.MatchAny(methods[:], match, st.rules[:0])
+			st.rules = rules.MatchAny(methods[:], match, st.rules[:0])
 		}
 	}
 	if len(st.rules) == 0 {
