@@ -60,6 +60,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher}
 		mux.HandleFunc("GET /v1/keys", read(api.getKey))
 		mux.HandleFunc("DELETE /v1/keys", write(api.deleteKey))
+		mux.HandleFunc("GET /v1/overrides", read(api.listOverrides))
 		mux.HandleFunc("PUT /v1/overrides", write(api.putOverride))
 		mux.HandleFunc("DELETE /v1/overrides", write(api.deleteOverride))
 	}
