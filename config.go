@@ -50,6 +50,7 @@ type settings struct {
 	IdleTimeout       time.Duration `env:"SLUICE_IDLE_TIMEOUT" envDefault:"120s" help:"how long an idle keep-alive connection is kept"`
 	WriteTimeout      time.Duration `env:"SLUICE_WRITE_TIMEOUT" envDefault:"0" help:"longest a response may take; 0 never cuts one (streams, WebSockets)"`
 	UpstreamTimeout   time.Duration `env:"SLUICE_UPSTREAM_TIMEOUT" envDefault:"60s" help:"longest wait for an upstream's response headers"`
+	AccessLog         bool          `env:"SLUICE_ACCESS_LOG" envDefault:"false" help:"one JSON line per request (method, path, rules, hashed key prefixes, outcome, status, durations)"`
 	Headers           string        `env:"SLUICE_HEADERS" envDefault:"ietf,x" help:"rate-limit header families: ietf, x, ietf,x or none"`
 	AdminToken        string        `env:"SLUICE_ADMIN_TOKEN" help:"bearer token of the admin API (/v1/*)"`
 	LogLevel          string        `env:"SLUICE_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`

@@ -39,6 +39,7 @@ type gateway struct {
 	admin   *http.Server
 	backend *backend
 	proxy   *proxy.Proxy
+	metrics *proxy.Metrics
 	reloads *prometheus.CounterVec // sluice_rules_reloads_total
 	runners []func(context.Context)
 }
@@ -106,6 +107,11 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		be.close()
 		return nil, err
 	}
+	var accessLog *zap.Logger
+	if cfg.AccessLog {
+		accessLog = log.Named("access")
+	}
+	g.metrics = proxy.NewMetrics(reg)
 	px, err := proxy.New(proxy.Config{
 		Upstream:     cfg.upstream,
 		Routes:       cfg.routes,
@@ -117,7 +123,8 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		Headers:      cfg.headers,
 		Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
 		Logger:       log,
-		Metrics:      proxy.NewMetrics(reg),
+		Metrics:      g.metrics,
+		AccessLog:    accessLog,
 	})
 	if err != nil {
 		be.close()
@@ -169,6 +176,9 @@ func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, er
 	}
 	defer func() { stopBG(); wg.Wait() }()
 
+	// Both listeners answer the requests net/http refuses by itself with
+	// problem+json too; the public one counts them among its responses.
+	admin = proxy.ProblemListener(admin, nil)
 	errc := make(chan error, 2)
 	go func() { errc <- g.admin.Serve(admin) }()
 
@@ -186,6 +196,7 @@ func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, er
 		g.admin.Close()
 		return fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
 	}
+	public = proxy.ProblemListener(public, g.metrics.CountResponse)
 	go func() { errc <- g.public.Serve(public) }()
 	g.log.Info("sluice started", append(g.backend.desc,
 		zap.String("listen", public.Addr().String()),

@@ -52,6 +52,11 @@ type Config struct {
 	Transport http.RoundTripper
 	Logger    *zap.Logger // nil means no logging
 	Metrics   *Metrics    // nil means no metrics
+	// AccessLog receives one INFO line per request (see finish): method,
+	// canonical path, matched rules, hashed key prefixes, outcome, status
+	// and durations, never a raw identifier or the query string. Nil turns
+	// the access log off.
+	AccessLog *zap.Logger
 }
 
 // Proxy is the gateway's public handler. It is safe for concurrent use.
@@ -74,6 +79,12 @@ type requestState struct {
 	checks  []limiter.Check
 	outcome limiter.Outcome
 	ident   identity.Request
+
+	// For the responses metric and the access log.
+	w        statusWriter
+	path     string        // the canonical path, once known
+	verdict  string        // the access log's outcome
+	upstream time.Duration // time spent forwarding
 }
 
 // New returns a Proxy for cfg.
@@ -138,11 +149,30 @@ func (p *Proxy) SetPolicy(pol *policy.Policy) { p.policy.Store(pol) }
 // upstream is sent, the body is the buffered one it is sent, and the
 // methods are its own and the one a "_method" field asks for.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st := p.states.Get().(*requestState)
+	defer func() {
+		clear(st.checks)
+		clear(st.rules)
+		st.checks, st.rules = st.checks[:0], st.rules[:0]
+		st.ident.Reset("", nil, nil, false)
+		st.w = statusWriter{}
+		st.path, st.verdict, st.upstream = "", "", 0
+		p.states.Put(st)
+	}()
+	if p.observing() {
+		began := time.Now()
+		st.w.ResponseWriter = w
+		w = &st.w
+		st.verdict = outcomeRejected
+		defer p.finish(r, st, began)
+	}
+
 	canonical, err := policy.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
 		return
 	}
+	st.path = canonical
 	removeHopByHop(r.Header)
 	// The client IP is read before the forwarding headers are stripped;
 	// from here on, the only forwarding header is the one sluice sets.
@@ -158,15 +188,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	match := policy.MatchPath(canonical)
 	rules := p.policy.Load()
-
-	st := p.states.Get().(*requestState)
-	defer func() {
-		clear(st.checks)
-		clear(st.rules)
-		st.checks, st.rules = st.checks[:0], st.rules[:0]
-		st.ident.Reset("", nil, nil, false)
-		p.states.Put(st)
-	}()
 	// Methods are case-sensitive on the wire, but some frameworks
 	// upper-case them; matching upper-case means "post" cannot slip past a
 	// POST rule. The request is forwarded with the method as sent.
@@ -209,7 +230,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(st.rules) == 0 {
-		p.forward(w, r, match, p.plain)
+		st.verdict = outcomeNoRule
+		st.upstream = p.forward(w, r, match, p.plain)
 		return
 	}
 
@@ -227,10 +249,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.cfg.Limiter.DecideInto(r.Context(), st.checks, out)
 	switch {
 	case out.Unavailable:
+		st.verdict = outcomeUnavailable
 		p.unavailable(w, out)
 	case !out.Allowed:
+		st.verdict = outcomeLimited
 		p.tooMany(w, st.checks, out)
 	default:
+		st.verdict = outcomeAllowed
 		if i := out.Primary(st.checks); i >= 0 {
 			res := &out.Results[i]
 			p.cfg.Headers.set(w.Header(), quota{
@@ -242,7 +267,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				resetAt:   ceilUnix(res.Reset),
 			})
 		}
-		p.forward(w, r, match, p.rp)
+		st.upstream = p.forward(w, r, match, p.rp)
 	}
 }
 
@@ -338,17 +363,19 @@ func ceilUnix(t time.Time) int64 {
 	return s
 }
 
-// forward sends r to its upstream.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, match string, rp *httputil.ReverseProxy) {
+// forward sends r to its upstream and returns how long that took.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, match string, rp *httputil.ReverseProxy) time.Duration {
 	start := time.Now()
 	i := p.route(match)
 	if i < len(p.cfg.Routes) {
 		r = r.WithContext(withRoute(r.Context(), i))
 	}
 	rp.ServeHTTP(w, r)
+	took := time.Since(start)
 	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(time.Since(start).Seconds())
+		p.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(took.Seconds())
 	}
+	return took
 }
 
 // route returns the index of the route for the match-form path, or
