@@ -43,7 +43,7 @@ func position(line, column int) string {
 	return fmt.Sprintf("line %d, column %d", line, column)
 }
 
-// Parse parses a policy in sluice's rule language (SPEC section 3):
+// Parse parses a policy in sluice's rule language (the README's Rules section):
 //
 //	# name   methods   path         identity   limit   options
 //	login:   POST      /api/login   by ip      5/15m

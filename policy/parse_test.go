@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// specExample is the example block of SPEC section 3, verbatim.
+// specExample is the example block of the README's Rules section, verbatim.
 const specExample = `# name     methods  path                  identity       limit   options
 login:     POST     /api/login            by ip          5/15m
 register:  POST     /api/register         by ip          3/1h
