@@ -188,3 +188,42 @@ func TestResponsesMetric(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessLogLogger: the production logger writes every access log line,
+// unsampled and whatever SLUICE_LOG_LEVEL says, while other lines keep
+// the level and the sampling.
+func TestAccessLogLogger(t *testing.T) {
+	env := base()
+	env["SLUICE_ACCESS_LOG"], env["SLUICE_LOG_LEVEL"] = "true", "warn"
+	cfg, err := load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	log := buildLogger(cfg, zapcore.AddSync(&out))
+	access := log.Named(accessLoggerName)
+	for i := range 500 {
+		access.Info("request", zap.Int("i", i))
+		log.Info("chatter")
+		log.Warn("store trouble")
+	}
+	got := out.String()
+	if n := strings.Count(got, `"msg":"request"`); n != 500 {
+		t.Errorf("%d access log lines of 500", n)
+	}
+	if strings.Contains(got, "chatter") {
+		t.Error("an INFO line passed SLUICE_LOG_LEVEL=warn")
+	}
+	if n := strings.Count(got, "store trouble"); n < 100 || n > 110 {
+		t.Errorf("%d of 500 repeated WARN lines, want the sampled 100 or so", n)
+	}
+	env["SLUICE_ACCESS_LOG"] = "false"
+	if cfg, err = load(env); err != nil {
+		t.Fatal(err)
+	}
+	var off syncBuffer
+	buildLogger(cfg, zapcore.AddSync(&off)).Named(accessLoggerName).Info("request")
+	if off.String() != "" {
+		t.Errorf("with the access log off, its logger wrote: %s", off.String())
+	}
+}
