@@ -92,11 +92,14 @@ func parseServerError(p []byte) (code int, detail string, ok bool) {
 		return 0, "", false
 	}
 	status := string(p[len(prefix):end])
-	body := string(p[end+len(serverErrorHeaders):])
-	code, err := strconv.Atoi(status[:3])
-	if err != nil || code < 400 || code > 599 || len(status) < 4 || status[3] != ' ' {
+	if len(status) < 4 || status[3] != ' ' {
 		return 0, "", false
 	}
+	code, err := strconv.Atoi(status[:3])
+	if err != nil || code < 400 || code > 599 {
+		return 0, "", false
+	}
+	body := string(p[end+len(serverErrorHeaders):])
 	switch {
 	case body == status:
 		_, detail, _ = strings.Cut(status[4:], ": ")

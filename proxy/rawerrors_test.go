@@ -112,3 +112,30 @@ func TestParseServerErrorShapes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseServerError: whatever a connection is written, the recogniser
+// never panics, and what it rewrites becomes a well-formed problem+json
+// response of an error status.
+func FuzzParseServerError(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 400 Bad Request" + serverErrorHeaders + "400 Bad Request"))
+	f.Add([]byte("HTTP/1.1 400 Bad Request: invalid header name" + serverErrorHeaders + "400 Bad Request: invalid header name"))
+	f.Add([]byte("HTTP/1.1 501 Not Implemented" + serverErrorHeaders + "Unsupported transfer encoding"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		code, detail, ok := parseServerError(p)
+		if !ok {
+			return
+		}
+		if code < 400 || code > 599 {
+			t.Fatalf("rewrote a status %d", code)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(problemResponse(code, detail)))), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pb problem
+		if err := json.NewDecoder(res.Body).Decode(&pb); err != nil || res.StatusCode != code || pb.Status != code {
+			t.Fatalf("response %d, body %+v, %v", res.StatusCode, pb, err)
+		}
+	})
+}
