@@ -21,34 +21,40 @@ import (
 	"github.com/sluicehq/sluice/proxy/identity"
 )
 
-// settings mirrors SPEC section 2: every variable sluice reads, with its
-// default. Values are validated in one pass by load.
+// settings are every variable sluice reads, with its default. Values are
+// validated in one pass by load.
 type settings struct {
-	Upstream       string        `env:"SLUICE_UPSTREAM"`
-	Routes         string        `env:"SLUICE_ROUTES"`
-	Listen         string        `env:"SLUICE_LISTEN" envDefault:":8080"`
-	AdminListen    string        `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090"`
-	DatabaseURL    string        `env:"SLUICE_DATABASE_URL"`
-	DatabaseURLAlt string        `env:"DATABASE_URL"`
-	DBSchema       string        `env:"SLUICE_DB_SCHEMA" envDefault:"sluice"`
-	AutoMigrate    bool          `env:"SLUICE_AUTO_MIGRATE" envDefault:"true"`
-	Rules          string        `env:"SLUICE_RULES"`
-	RulesFile      string        `env:"SLUICE_RULES_FILE"`
-	HashKey        string        `env:"SLUICE_HASH_KEY"`
-	TrustedProxies string        `env:"SLUICE_TRUSTED_PROXIES"`
-	FailMode       string        `env:"SLUICE_FAIL_MODE" envDefault:"local"`
-	DBTimeout      time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms"`
-	DBBatch        bool          `env:"SLUICE_DB_BATCH" envDefault:"true"`
-	DBBatchWait    time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms"`
-	DBSyncCommit   string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"off"`
-	LocalCacheSize int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000"`
-	MaxBodyBytes   int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536"`
-	MemoryMaxKeys  int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000"`
-	StartTimeout   time.Duration `env:"SLUICE_START_TIMEOUT" envDefault:"10s"`
-	Headers        string        `env:"SLUICE_HEADERS" envDefault:"ietf,x"`
-	AdminToken     string        `env:"SLUICE_ADMIN_TOKEN"`
-	LogLevel       string        `env:"SLUICE_LOG_LEVEL" envDefault:"info"`
-	LogFormat      string        `env:"SLUICE_LOG_FORMAT" envDefault:"json"`
+	Upstream          string        `env:"SLUICE_UPSTREAM" help:"required: the default upstream base URL, e.g. http://127.0.0.1:3000"`
+	Routes            string        `env:"SLUICE_ROUTES" help:"extra upstreams by path prefix: /billing/=http://billing:8080,/search/=http://search:9200"`
+	Listen            string        `env:"SLUICE_LISTEN" envDefault:":8080" help:"the public listener, host:port"`
+	AdminListen       string        `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090" help:"health, metrics and the admin API, host:port; off loopback it needs SLUICE_ADMIN_TOKEN"`
+	DatabaseURL       string        `env:"SLUICE_DATABASE_URL" help:"Postgres connection string; empty means the in-memory store (per-instance, not durable)"`
+	DatabaseURLAlt    string        `env:"DATABASE_URL" help:"used when SLUICE_DATABASE_URL is empty"`
+	DBSchema          string        `env:"SLUICE_DB_SCHEMA" envDefault:"sluice" help:"the schema holding sluice's tables and functions (never public)"`
+	AutoMigrate       bool          `env:"SLUICE_AUTO_MIGRATE" envDefault:"true" help:"apply the migrations at start-up"`
+	Rules             string        `env:"SLUICE_RULES" help:"the rules, one per line or separated by ;"`
+	RulesFile         string        `env:"SLUICE_RULES_FILE" help:"a file of rules instead of SLUICE_RULES; SIGHUP reloads it"`
+	HashKey           string        `env:"SLUICE_HASH_KEY" help:"secret for the HMAC of identifiers, at least 16 bytes, the same on every instance; required with a database"`
+	TrustedProxies    string        `env:"SLUICE_TRUSTED_PROXIES" help:"CIDRs whose X-Forwarded-For is believed"`
+	FailMode          string        `env:"SLUICE_FAIL_MODE" envDefault:"local" help:"when the store cannot decide: open, closed or local"`
+	DBTimeout         time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms" help:"deadline of one decision against the store"`
+	DBBatch           bool          `env:"SLUICE_DB_BATCH" envDefault:"true" help:"share statements between concurrent decisions"`
+	DBBatchWait       time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms" help:"under load, how long a decision may wait to share a statement; 0 turns it off"`
+	DBSyncCommit      string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"off" help:"off commits the limiter's transactions without waiting for the disk (a Postgres crash can lose its last <= 600 ms of counts); on waits"`
+	LocalCacheSize    int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000" help:"entries of the over-limit cache; 0 turns the fast path off"`
+	MaxBodyBytes      int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536" help:"largest request body buffered (and read for identifiers)"`
+	MemoryMaxKeys     int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000" help:"bound on the counters of the in-memory store and of fail=local"`
+	StartTimeout      time.Duration `env:"SLUICE_START_TIMEOUT" envDefault:"10s" help:"longest wait at start-up for the store before the public listener opens anyway"`
+	ReadHeaderTimeout time.Duration `env:"SLUICE_READ_HEADER_TIMEOUT" envDefault:"5s" help:"longest a client may take to send a request's headers"`
+	ReadTimeout       time.Duration `env:"SLUICE_READ_TIMEOUT" envDefault:"60s" help:"longest a client may take to send a whole request"`
+	IdleTimeout       time.Duration `env:"SLUICE_IDLE_TIMEOUT" envDefault:"120s" help:"how long an idle keep-alive connection is kept"`
+	WriteTimeout      time.Duration `env:"SLUICE_WRITE_TIMEOUT" envDefault:"0" help:"longest a response may take; 0 never cuts one (streams, WebSockets)"`
+	UpstreamTimeout   time.Duration `env:"SLUICE_UPSTREAM_TIMEOUT" envDefault:"60s" help:"longest wait for an upstream's response headers"`
+	AccessLog         bool          `env:"SLUICE_ACCESS_LOG" envDefault:"false" help:"one JSON line per request (method, path, rules, hashed key prefixes, outcome, status, durations)"`
+	Headers           string        `env:"SLUICE_HEADERS" envDefault:"ietf,x" help:"rate-limit header families: ietf, x, ietf,x or none"`
+	AdminToken        string        `env:"SLUICE_ADMIN_TOKEN" help:"bearer token of the admin API (/v1/*)"`
+	LogLevel          string        `env:"SLUICE_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	LogFormat         string        `env:"SLUICE_LOG_FORMAT" envDefault:"json" help:"json or console"`
 }
 
 // config is the validated form of settings that the rest of main wires up.
@@ -61,6 +67,7 @@ type config struct {
 	trusted        identity.TrustedProxies
 	failMode       policy.FailMode
 	headers        proxy.HeaderFamilies
+	timeouts       proxy.Timeouts
 	logLevel       zapcore.Level
 	hashKeyDerived bool // no SLUICE_HASH_KEY: a random per-process key is used
 }
@@ -134,13 +141,8 @@ func load(environ map[string]string) (*config, error) {
 		problems = append(problems, fmt.Sprintf("SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got %q", s.DBSchema))
 	}
 
-	src, origin, err := rulesSource(s)
-	if err != nil {
-		problems = append(problems, err.Error())
-	} else if p, err := policy.Parse(src); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			problems = append(problems, origin+": "+line)
-		}
+	if p, msgs := loadRules(s); len(msgs) > 0 {
+		problems = append(problems, msgs...)
 	} else {
 		c.policy = p
 	}
@@ -182,6 +184,23 @@ func load(environ map[string]string) (*config, error) {
 	if s.StartTimeout < 0 && !unparsed["SLUICE_START_TIMEOUT"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_START_TIMEOUT: must be 0 (do not wait) or more, got %s", s.StartTimeout))
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"SLUICE_READ_HEADER_TIMEOUT", s.ReadHeaderTimeout},
+		{"SLUICE_READ_TIMEOUT", s.ReadTimeout},
+		{"SLUICE_IDLE_TIMEOUT", s.IdleTimeout},
+		{"SLUICE_UPSTREAM_TIMEOUT", s.UpstreamTimeout},
+	} {
+		if d.v <= 0 && !unparsed[d.name] {
+			problems = append(problems, fmt.Sprintf("%s: must be positive, got %s", d.name, d.v))
+		}
+	}
+	if s.WriteTimeout < 0 && !unparsed["SLUICE_WRITE_TIMEOUT"] {
+		problems = append(problems, fmt.Sprintf("SLUICE_WRITE_TIMEOUT: must be 0 (never cut a response) or more, got %s", s.WriteTimeout))
+	}
+	c.timeouts = proxy.Timeouts{ReadHeader: s.ReadHeaderTimeout, Read: s.ReadTimeout, Idle: s.IdleTimeout, Write: s.WriteTimeout, Upstream: s.UpstreamTimeout}
 	if h, err := proxy.ParseHeaderFamilies(s.Headers); err != nil {
 		problems = append(problems, "SLUICE_HEADERS: "+err.Error())
 	} else {
@@ -217,7 +236,33 @@ func isLoopback(host string) bool {
 type configError struct{ problems []string }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf("invalid configuration (%d problems):\n  %s", len(e.problems), strings.Join(e.problems, "\n  "))
+	return fmt.Sprintf("invalid configuration (%s):\n  %s", countProblems(len(e.problems)), strings.Join(e.problems, "\n  "))
+}
+
+// countProblems is "1 problem" or "N problems".
+func countProblems(n int) string {
+	if n == 1 {
+		return "1 problem"
+	}
+	return fmt.Sprintf("%d problems", n)
+}
+
+// loadRules reads and parses the rules of SLUICE_RULES or SLUICE_RULES_FILE:
+// the policy, or every problem, each naming where the rules came from.
+func loadRules(s settings) (*policy.Policy, []string) {
+	src, origin, err := rulesSource(s)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	p, err := policy.Parse(src)
+	if err != nil {
+		var problems []string
+		for _, line := range strings.Split(err.Error(), "\n") {
+			problems = append(problems, origin+": "+line)
+		}
+		return nil, problems
+	}
+	return p, nil
 }
 
 // rulesSource returns the rule text and where it came from, for messages.

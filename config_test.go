@@ -155,11 +155,18 @@ func TestLoadErrors(t *testing.T) {
 		{"cache size negative", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "-1"}, "SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got -1"},
 		{"body bytes", map[string]string{"SLUICE_MAX_BODY_BYTES": "0"}, "SLUICE_MAX_BODY_BYTES: must be positive, got 0"},
 		{"auto migrate", map[string]string{"SLUICE_AUTO_MIGRATE": "perhaps"}, `SLUICE_AUTO_MIGRATE: expected true or false, got "perhaps"`},
+		{"read header timeout zero", map[string]string{"SLUICE_READ_HEADER_TIMEOUT": "0"}, "SLUICE_READ_HEADER_TIMEOUT: must be positive, got 0s"},
+		{"read timeout syntax", map[string]string{"SLUICE_READ_TIMEOUT": "a minute"}, `SLUICE_READ_TIMEOUT: expected a duration such as 50ms or 2s, got "a minute"`},
+		{"idle timeout negative", map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "SLUICE_IDLE_TIMEOUT: must be positive, got -1s"},
+		{"write timeout negative", map[string]string{"SLUICE_WRITE_TIMEOUT": "-1s"}, "SLUICE_WRITE_TIMEOUT: must be 0 (never cut a response) or more, got -1s"},
+		{"upstream timeout zero", map[string]string{"SLUICE_UPSTREAM_TIMEOUT": "0s"}, "SLUICE_UPSTREAM_TIMEOUT: must be positive, got 0s"},
 		{"headers", map[string]string{"SLUICE_HEADERS": "ietf,y"}, `SLUICE_HEADERS: expected ietf, x, ietf,x or none, got "ietf,y"`},
 		{"headers none mixed", map[string]string{"SLUICE_HEADERS": "none,x"}, `SLUICE_HEADERS: none cannot be combined with other families, got "none,x"`},
 		{"log level", map[string]string{"SLUICE_LOG_LEVEL": "loud"}, `SLUICE_LOG_LEVEL: expected debug, info, warn or error, got "loud"`},
 		{"log format", map[string]string{"SLUICE_LOG_FORMAT": "xml"}, `SLUICE_LOG_FORMAT: expected json or console, got "xml"`},
-		{"rules", map[string]string{"SLUICE_RULES": "login POST /api/login by ip 5/15m"}, "SLUICE_RULES: line 1"},
+		{"rules", map[string]string{"SLUICE_RULES": "login POST /api/login by ip 5/15m"}, `SLUICE_RULES: line 1: name: expected "name:" at the start of the rule, got "login"`},
+		{"rules, the second of a line", map[string]string{"SLUICE_RULES": "login: POST /api/login by ip 5/15m; reset: POST /api/reset by ip 5/15x"}, `SLUICE_RULES: line 1, column 37: rule "reset": limit: expected N/window such as 5/15m, got "5/15x"`},
+		{"rules, unknown method", map[string]string{"SLUICE_RULES": "login: GETT /api/login by ip 5/15m"}, `SLUICE_RULES: line 1: rule "login": methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got "GETT"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := base()
@@ -177,12 +184,15 @@ func TestLoadErrors(t *testing.T) {
 			got := ce.problems[0]
 			// Messages from other packages are checked by prefix; their
 			// exact text is tested where they are made.
-			prefixOnly := strings.HasSuffix(tc.want, ": ") || tc.name == "rules"
+			prefixOnly := strings.HasSuffix(tc.want, ": ")
 			if (!prefixOnly && got != tc.want) || !strings.HasPrefix(got, tc.want) {
 				t.Fatalf("problem\n got: %s\nwant: %s", got, tc.want)
 			}
 			if strings.Contains(err.Error(), "secret") {
 				t.Fatalf("message leaks a password: %s", err)
+			}
+			if head, _, _ := strings.Cut(err.Error(), "\n"); head != "invalid configuration (1 problem):" {
+				t.Fatalf("first line %q, want the count in the singular", head)
 			}
 		})
 	}

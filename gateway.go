@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +38,9 @@ type gateway struct {
 	public  *http.Server
 	admin   *http.Server
 	backend *backend
+	proxy   *proxy.Proxy
+	metrics *proxy.Metrics
+	reloads *prometheus.CounterVec // sluice_rules_reloads_total
 	runners []func(context.Context)
 }
 
@@ -102,6 +108,11 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		be.close()
 		return nil, err
 	}
+	var accessLog *zap.Logger
+	if cfg.AccessLog {
+		accessLog = log.Named(accessLoggerName)
+	}
+	g.metrics = proxy.NewMetrics(reg)
 	px, err := proxy.New(proxy.Config{
 		Upstream:     cfg.upstream,
 		Routes:       cfg.routes,
@@ -111,22 +122,40 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		Trusted:      cfg.trusted,
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Headers:      cfg.headers,
+		Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
 		Logger:       log,
-		Metrics:      proxy.NewMetrics(reg),
+		Metrics:      g.metrics,
+		AccessLog:    accessLog,
 	})
 	if err != nil {
 		be.close()
 		return nil, err
 	}
-	g.public = proxy.NewServer(px)
+	g.proxy = px
+	g.reloads = newReloadsCounter(reg)
+	g.public = proxy.NewServer(px, cfg.timeouts)
 	g.public.ErrorLog = zap.NewStdLog(log)
 	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{
-		Policy: cfg.policy, Ready: be.ready, Gatherer: reg,
+		Policy: px.Policy, Ready: be.ready, Gatherer: reg,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
-	}))
+	}), adminTimeouts(cfg.timeouts))
 	g.admin.ErrorLog = g.public.ErrorLog
 	return g, nil
 }
+
+// adminTimeouts are the admin listener's: the public listener's, but with
+// a write limit even when SLUICE_WRITE_TIMEOUT has none, since nothing
+// there streams and a client that never reads must not hold a connection.
+func adminTimeouts(t proxy.Timeouts) proxy.Timeouts {
+	if t.Write == 0 {
+		t.Write = adminWriteTimeout
+	}
+	return t
+}
+
+// adminWriteTimeout bounds an admin response when SLUICE_WRITE_TIMEOUT
+// does not.
+const adminWriteTimeout = 60 * time.Second
 
 // serve runs the gateway until ctx is cancelled. The admin listener serves
 // at once (health, readiness, metrics); the public listener is opened with
@@ -134,9 +163,13 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 // after a start are decided exactly, or after SLUICE_START_TIMEOUT, when it
 // opens anyway and the fail modes decide until the store is ready. On
 // cancellation it stops accepting, lets in-flight requests finish (bounded
-// by shutdownGrace) and stops the background work.
+// by shutdownGrace) and stops the background work. SIGHUP reloads the
+// rules (see reload) and never stops it.
 func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, error), admin net.Listener) error {
 	defer g.backend.close()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, r := range g.runners {
@@ -144,6 +177,9 @@ func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, er
 	}
 	defer func() { stopBG(); wg.Wait() }()
 
+	// Both listeners answer the requests net/http refuses by itself with
+	// problem+json too; the public one counts them among its responses.
+	admin = proxy.ProblemListener(admin, nil)
 	errc := make(chan error, 2)
 	go func() { errc <- g.admin.Serve(admin) }()
 
@@ -161,6 +197,7 @@ func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, er
 		g.admin.Close()
 		return fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
 	}
+	public = proxy.ProblemListener(public, g.metrics.CountResponse)
 	go func() { errc <- g.public.Serve(public) }()
 	g.log.Info("sluice started", append(g.backend.desc,
 		zap.String("listen", public.Addr().String()),
@@ -169,10 +206,17 @@ func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, er
 		zap.Bool("store_ready", ready),
 		zap.Duration("after", time.Since(began)))...)
 
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-		err = fmt.Errorf("listener stopped: %w", err)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err = <-errc:
+			err = fmt.Errorf("listener stopped: %w", err)
+			break wait
+		case <-hup:
+			g.reload() //nolint:errcheck // reload logs and counts its own failure
+		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
@@ -211,15 +255,76 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) (in
 	return n, nil
 }
 
-// newLogger builds the zap logger from SLUICE_LOG_LEVEL and SLUICE_LOG_FORMAT.
+// newLogger builds the zap logger from SLUICE_LOG_LEVEL, SLUICE_LOG_FORMAT
+// and SLUICE_ACCESS_LOG, writing to stderr.
 func newLogger(cfg *config) (*zap.Logger, error) {
-	zc := zap.NewProductionConfig()
+	return buildLogger(cfg, zapcore.Lock(os.Stderr)), nil
+}
+
+// buildLogger is newLogger writing to out. It is zap's production logger
+// (JSON, sampled: of the lines with one level and message, the first 100
+// of each second and every 100th after them), or its development logger
+// for SLUICE_LOG_FORMAT=console, at SLUICE_LOG_LEVEL. The access log's
+// lines (logger "access") are written whatever the level and never
+// sampled: they all share one message, and an access log that keeps one
+// line in a hundred is no access log.
+func buildLogger(cfg *config, out zapcore.WriteSyncer) *zap.Logger {
+	encCfg := zap.NewProductionEncoderConfig()
+	stackAt := zapcore.ErrorLevel
 	if cfg.LogFormat == "console" {
-		zc = zap.NewDevelopmentConfig()
+		encCfg = zap.NewDevelopmentEncoderConfig()
+		stackAt = zapcore.WarnLevel
 	}
-	zc.Level = zap.NewAtomicLevelAt(cfg.logLevel)
-	zc.EncoderConfig.TimeKey = "time"
-	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	zc.DisableStacktrace = cfg.logLevel > zapcore.DebugLevel
-	return zc.Build()
+	encCfg.TimeKey = "time"
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc := zapcore.NewJSONEncoder(encCfg)
+	if cfg.LogFormat == "console" {
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	}
+	core := zapcore.NewCore(enc, out, zap.NewAtomicLevelAt(cfg.logLevel))
+	opts := []zap.Option{zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(os.Stderr))}
+	if cfg.LogFormat == "console" {
+		opts = append(opts, zap.Development())
+	} else {
+		core = zapcore.NewSamplerWithOptions(core, time.Second, 100, 100)
+	}
+	if cfg.logLevel <= zapcore.DebugLevel {
+		opts = append(opts, zap.AddStacktrace(stackAt))
+	}
+	if cfg.AccessLog {
+		core = accessSplit{rest: core, access: zapcore.NewCore(enc.Clone(), out, zapcore.InfoLevel)}
+	}
+	return zap.New(core, opts...)
+}
+
+// accessLoggerName is the name of the access log's logger.
+const accessLoggerName = "access"
+
+// accessSplit sends the entries of the access logger to access and every
+// other entry to rest.
+type accessSplit struct{ rest, access zapcore.Core }
+
+func (c accessSplit) Enabled(l zapcore.Level) bool {
+	return c.rest.Enabled(l) || c.access.Enabled(l)
+}
+
+func (c accessSplit) With(fields []zapcore.Field) zapcore.Core {
+	return accessSplit{rest: c.rest.With(fields), access: c.access.With(fields)}
+}
+
+func (c accessSplit) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.LoggerName == accessLoggerName {
+		return c.access.Check(e, ce)
+	}
+	return c.rest.Check(e, ce)
+}
+
+// Write is never called: Check hands each entry to the core that writes
+// it. It writes to rest should a caller write directly.
+func (c accessSplit) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	return c.rest.Write(e, fields)
+}
+
+func (c accessSplit) Sync() error {
+	return errors.Join(c.rest.Sync(), c.access.Sync())
 }

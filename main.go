@@ -7,6 +7,8 @@
 //	sluice check-config  validate the settings and rules, print the rules
 //	sluice version       print the version, the commit and the Go version
 //	sluice healthcheck   probe the admin listener's /healthz, exit 0 or 1
+//	sluice demo-upstream serve a tiny demo API for the quickstart
+//	sluice --help        list the commands and every setting
 package main
 
 import (
@@ -21,6 +23,10 @@ import (
 )
 
 func main() {
+	// SIGHUP's default action ends the process. It reloads the rules once
+	// the gateway serves (gateway.serve asks for it again); until then, and
+	// for every other command, it is ignored rather than fatal.
+	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], environ(), os.Stdout)
 	stop()
@@ -37,7 +43,10 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 	if len(args) > 0 {
 		cmd = args[0]
 	}
-	if len(args) > 1 {
+	switch {
+	case cmd == "demo-upstream" && len(args) == 2:
+		return demoUpstream(ctx, args[1], stdout)
+	case len(args) > 1:
 		return fmt.Errorf("%s takes no arguments, got %q", cmd, strings.Join(args[1:], " "))
 	}
 	switch cmd {
@@ -50,11 +59,12 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 		return printVersion(stdout)
 	case "healthcheck":
 		return healthcheck(ctx, env, stdout)
+	case "demo-upstream":
+		return demoUpstream(ctx, "", stdout)
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
-		return nil
+		return writeUsage(stdout)
 	default:
-		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+		return fmt.Errorf("unknown command %q: sluice --help lists the commands", cmd)
 	}
 
 	cfg, err := load(env)
@@ -67,19 +77,6 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 	}
 	return serve(ctx, cfg)
 }
-
-const usage = `usage: sluice [command]
-
-commands:
-  (none)        run the gateway
-  migrate       apply the database migrations to SLUICE_DB_SCHEMA and exit
-                (reads only SLUICE_DATABASE_URL and SLUICE_DB_SCHEMA)
-  check-config  validate the environment and the rules, print the rules, exit 0 or 1
-  version       print the version, the commit and the Go version (also --version)
-  healthcheck   GET /healthz on SLUICE_ADMIN_LISTEN, exit 0 if it answers 200, else 1
-
-Settings are environment variables; see the README.
-`
 
 // checkConfig prints the parsed rules as a table.
 func checkConfig(cfg *config, stdout io.Writer) error {

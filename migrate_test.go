@@ -33,7 +33,7 @@ func TestMigrateSettings(t *testing.T) {
 	}{
 		{map[string]string{}, "migrate: no database configured: set SLUICE_DATABASE_URL"},
 		{map[string]string{"SLUICE_DATABASE_URL": "postgres://u:hunter2@h/db", "SLUICE_DB_SCHEMA": "public"},
-			"invalid configuration (1 problems):\n  SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got \"public\""},
+			"invalid configuration (1 problem):\n  SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got \"public\""},
 		{map[string]string{"SLUICE_DATABASE_URL": "postgres://u:hunter2@h:notaport/db", "SLUICE_DB_SCHEMA": "Bad"},
 			"invalid configuration (2 problems):\n  SLUICE_DATABASE_URL: not a valid Postgres connection string\n" +
 				"  SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got \"Bad\""},

@@ -8,15 +8,29 @@
 #      directory, as an unprivileged user when run as root (Postgres refuses
 #      to run as root), started on a free port and stopped on exit.
 
+# pg_bin prints the path of a PostgreSQL program (the newest version's when
+# several are installed), or nothing. It always succeeds, so that callers
+# running under `set -e -o pipefail` get to print their own message.
 pg_bin() {
-	if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return; fi
-	ls /usr/lib/postgresql/*/bin/"$1" 2>/dev/null | sort -V | tail -n 1
+	if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
+	local f found=""
+	for f in /usr/lib/postgresql/*/bin/"$1"; do
+		[ -x "$f" ] && found="$found$f"$'\n'
+	done
+	[ -n "$found" ] && printf '%s' "$found" | sort -V | tail -n 1
+	return 0
 }
 
 pg_can_connect() {
 	local psql
-	psql=$(command -v psql || pg_bin psql)
+	psql=$(pg_bin psql)
 	[ -n "$psql" ] && "$psql" "$1" -Atqc 'select 1' >/dev/null 2>&1
+}
+
+# pg_port_free reports whether nothing accepts connections on
+# 127.0.0.1:$1 (bash's /dev/tcp: no python3 or netcat needed).
+pg_port_free() {
+	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 pg_start_private() {
@@ -28,7 +42,6 @@ pg_start_private() {
 		return 1
 	fi
 	dir=$(mktemp -d /tmp/sluice-pg.XXXXXX)
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 55432)
 	local as=()
 	if [ "$(id -u)" = 0 ]; then
 		user=sluicetest
@@ -36,9 +49,28 @@ pg_start_private() {
 		chown "$user" "$dir"
 		as=(runuser -u "$user" --)
 	fi
-	"${as[@]}" "$initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
-	"${as[@]}" "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off" start >/dev/null || { cat "$dir/server.log" >&2; return 1; }
+	"${as[@]}" "$initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 || {
+		echo ".ci/test: initdb failed:" >&2
+		cat "$dir/initdb.log" >&2
+		return 1
+	}
+	# A port that looks free may be taken before the server binds it (by
+	# another test run on this machine): try a few.
+	local try started=""
+	for try in 1 2 3 4 5 6 7 8; do
+		port=$((20000 + RANDOM % 30000))
+		pg_port_free "$port" || continue
+		if "${as[@]}" "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off" start >/dev/null; then
+			started=1
+			break
+		fi
+	done
+	if [ -z "$started" ]; then
+		echo ".ci/test: could not start a private Postgres (initdb worked; server log follows)" >&2
+		cat "$dir/server.log" >&2
+		return 1
+	fi
 	SLUICE_PG_PRIVATE_STOP="${as[*]} $pg_ctl -D $dir/data -m fast stop; rm -rf $dir"
 	trap 'eval "$SLUICE_PG_PRIVATE_STOP" >/dev/null 2>&1 || true' EXIT
 	export SLUICE_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"

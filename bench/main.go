@@ -1,4 +1,4 @@
-// Command bench is sluice's load harness (issue 4). In one run it starts a
+// Command bench is sluice's load harness. In one run it starts a
 // trivial upstream, a bare httputil.ReverseProxy with sluice's transport
 // (the baseline), sluice on the memory store and sluice on PostgreSQL, all
 // as separate processes on loopback; drives each with wrk at a fixed

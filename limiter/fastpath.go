@@ -4,12 +4,22 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // fastPath is the over-limit cache: it remembers checks that the store
 // denied until the instant a retry would be allowed, so that repeat
 // offenders are answered without a store round trip. It is safe for
 // simultaneous use by multiple goroutines.
+//
+// Rules can be replaced while the process runs (a reload makes new
+// *policy.Rule values of the same names). An entry remembers the rule it
+// was decided under, and answers only a check whose rule counts the same
+// way (see countsAlike): a denial made under an old limit, window or
+// algorithm is dropped at its next lookup, never kept until its old reset,
+// even when a request still in flight under the old rule remembers it
+// after the new rules took over.
 //
 // Deadlines are on the local clock. A denial is remembered from the local
 // instant taken before the store was asked plus the store's RetryAfter:
@@ -27,6 +37,7 @@ type cacheKey struct {
 // the store applied (which may be a key's override), and when the store
 // decided it, on the store's clock.
 type overLimit struct {
+	rule    *policy.Rule // the rule the store decided under
 	until   time.Time
 	limit   int64
 	window  time.Duration
@@ -71,9 +82,10 @@ func (f *fastPath) deny(checks []Check, now time.Time, results []Result, sources
 		if !ok {
 			continue
 		}
-		if !now.Before(e.until) {
-			// Expired: absent. A concurrent Add of a fresh entry for the
-			// same key may be removed too, which only costs a store call.
+		if !now.Before(e.until) || (e.rule != c.Rule && !countsAlike(e.rule, c.Rule)) {
+			// Expired, or decided under another definition of the rule:
+			// absent. A concurrent Add of a fresh entry for the same key
+			// may be removed too, which only costs a store call.
 			f.cache.Remove(k)
 			continue
 		}
@@ -102,6 +114,7 @@ func (f *fastPath) remember(checks []Check, results []Result, start time.Time) {
 			continue
 		}
 		f.cache.Add(cacheKey{c.Rule.Name, c.Key}, overLimit{
+			rule:  c.Rule,
 			until: start.Add(r.RetryAfter), limit: r.Limit, window: r.Window,
 			decided: r.Reset.Add(-r.ResetAfter), // the store's clock at the decision
 		})
@@ -122,4 +135,14 @@ func (f *fastPath) forget(rule, key string, at time.Time) {
 		// nanoseconds of each other.
 		f.cache.Remove(k)
 	}
+}
+
+// countsAlike reports whether a denial decided under rule a stands for
+// rule b of the same name: whether both count the same identity with the
+// same limit, window, algorithm, bucket, burst and cost. Methods, path and
+// fail mode do not change a counter's verdict. A nil a (unknown) never
+// does.
+func countsAlike(a, b *policy.Rule) bool {
+	return a != nil && a.Identity == b.Identity && a.Limit == b.Limit && a.Window == b.Window &&
+		a.Algorithm == b.Algorithm && a.Bucket == b.Bucket && a.Burst == b.Burst && a.Cost == b.Cost
 }

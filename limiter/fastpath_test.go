@@ -57,3 +57,54 @@ func TestFastPathStep(t *testing.T) {
 		t.Error("expired entry kept")
 	}
 }
+
+// TestFastPathAcrossReload: a denial remembered under one definition of a
+// rule answers a later check only while the rule counts the same way. A
+// reload that changes the limit, window or algorithm drops it at once,
+// also when the denial was remembered after the reload by a request that
+// started under the old rule; an unchanged rule parsed anew keeps it.
+func TestFastPathAcrossReload(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	old := &policy.Rule{Name: "login", Limit: 5, Window: time.Hour, Cost: 1}
+	denied := Result{Allowed: false, Limit: 5, Window: time.Hour, RetryAfter: 50 * time.Minute}
+	results := make([]Result, 1)
+	sources := make([]Source, 1)
+	for _, tc := range []struct {
+		name string
+		edit func(*policy.Rule)
+		hit  bool
+	}{
+		{"unchanged, parsed anew", func(r *policy.Rule) {}, true},
+		{"other path and methods", func(r *policy.Rule) { r.Path, r.Methods = "/other", []string{"GET"} }, true},
+		{"other fail mode", func(r *policy.Rule) { r.Fail = policy.FailClosed }, true},
+		{"higher limit", func(r *policy.Rule) { r.Limit = 10 }, false},
+		{"shorter window", func(r *policy.Rule) { r.Window = time.Minute }, false},
+		{"other algorithm", func(r *policy.Rule) { r.Algorithm = policy.Sliding; r.Bucket = time.Minute }, false},
+		{"other cost", func(r *policy.Rule) { r.Cost = 2 }, false},
+		{"other identity", func(r *policy.Rule) { r.Identity = policy.Identity{Kind: policy.ByTenant, Field: "X-Tenant-Id"} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := newFastPath(10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.remember([]Check{{old, "k"}}, []Result{denied}, now)
+			reloaded := *old
+			tc.edit(&reloaded)
+			hit, _ := f.deny([]Check{{&reloaded, "k"}}, now.Add(time.Second), results, sources)
+			if hit != tc.hit {
+				t.Fatalf("hit %v, want %v", hit, tc.hit)
+			}
+			if !tc.hit && f.cache.Contains(cacheKey{"login", "k"}) {
+				t.Error("the stale denial was kept")
+			}
+			// The old rule itself is still answered while its entry lives:
+			// a request in flight under it is decided as it began.
+			if tc.hit {
+				if hit, _ := f.deny([]Check{{old, "k"}}, now.Add(time.Second), results, sources); !hit {
+					t.Error("the old rule's own denial was not answered")
+				}
+			}
+		})
+	}
+}

@@ -7,29 +7,43 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // ParseError is one problem in a rule source. Parse joins every problem it
 // finds with errors.Join, so callers can list them with errors.As or by
 // splitting the message on newlines.
 type ParseError struct {
-	Line int    // 1-based line of the problem
-	Rule string // name of the rule, when it was read and valid; else empty
+	Line int // 1-based line of the problem
+	// Column is the 1-based byte column where the rule starts when its line
+	// holds more than one ";"-separated rule, so that each has its own
+	// position; 0 when the rule has its line to itself.
+	Column int
+	Rule   string // name of the rule, when it was read and valid; else empty
 	// Msg names the part of the rule at fault and what was expected and
 	// found, such as `limit: expected N/window such as 5/15m, got "5/15x"`.
 	Msg string
 }
 
 // Error returns `line N: rule "name": msg`, or `line N: msg` when the
-// rule's name is not known.
+// rule's name is not known; "line N" reads "line N, column C" when the
+// Column is known.
 func (e *ParseError) Error() string {
 	if e.Rule != "" {
-		return fmt.Sprintf("line %d: rule %q: %s", e.Line, e.Rule, e.Msg)
+		return fmt.Sprintf("%s: rule %q: %s", position(e.Line, e.Column), e.Rule, e.Msg)
 	}
-	return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+	return fmt.Sprintf("%s: %s", position(e.Line, e.Column), e.Msg)
 }
 
-// Parse parses a policy in sluice's rule language (SPEC section 3):
+// position is "line N", or "line N, column C" when column is not 0.
+func position(line, column int) string {
+	if column == 0 {
+		return fmt.Sprintf("line %d", line)
+	}
+	return fmt.Sprintf("line %d, column %d", line, column)
+}
+
+// Parse parses a policy in sluice's rule language (the README's Rules section):
 //
 //	# name   methods   path         identity   limit   options
 //	login:   POST      /api/login   by ip      5/15m
@@ -48,14 +62,29 @@ func (e *ParseError) Error() string {
 // See the field documentation of Rule for what each part becomes and the
 // tests for every message.
 func Parse(src string) (*Policy, error) {
-	p := &parser{names: make(map[string]int)}
+	p := &parser{names: make(map[string]string)}
 	src = strings.TrimPrefix(src, "\ufeff")
 	for i, line := range strings.Split(src, "\n") {
 		line, _, _ = strings.Cut(line, "#")
+		type segment struct {
+			column int
+			fields []string
+		}
+		var rules []segment
+		offset := 0
 		for text := range strings.SplitSeq(line, ";") {
 			if fields := strings.Fields(text); len(fields) > 0 {
-				p.rule(i+1, fields)
+				lead := len(text) - len(strings.TrimLeftFunc(text, unicode.IsSpace))
+				rules = append(rules, segment{offset + lead + 1, fields})
 			}
+			offset += len(text) + 1
+		}
+		for _, r := range rules {
+			column := 0
+			if len(rules) > 1 {
+				column = r.column
+			}
+			p.rule(i+1, column, r.fields)
 		}
 	}
 	if len(p.errs) > 0 {
@@ -68,20 +97,21 @@ func Parse(src string) (*Policy, error) {
 type parser struct {
 	rules []*Rule
 	errs  []error
-	names map[string]int // line each valid name was first used on
+	names map[string]string // position each valid name was first used at
 }
 
 // ruleParser parses one rule, recording its problems in the parser.
 type ruleParser struct {
 	*parser
 	line   int
+	column int    // see ParseError.Column
 	name   string // the rule's name once read and valid
 	failed bool
 }
 
 func (rp *ruleParser) problem(format string, args ...any) {
 	rp.failed = true
-	rp.errs = append(rp.errs, &ParseError{Line: rp.line, Rule: rp.name, Msg: fmt.Sprintf(format, args...)})
+	rp.errs = append(rp.errs, &ParseError{Line: rp.line, Column: rp.column, Rule: rp.name, Msg: fmt.Sprintf(format, args...)})
 }
 
 // rule parses one rule from its white-space separated fields. It checks
@@ -89,8 +119,8 @@ func (rp *ruleParser) problem(format string, args ...any) {
 // when that is right, it checks every field and reports each problem, but
 // when it is wrong, fields cannot be told apart and only the shape is
 // reported.
-func (p *parser) rule(line int, fields []string) {
-	rp := &ruleParser{parser: p, line: line}
+func (p *parser) rule(line, column int, fields []string) {
+	rp := &ruleParser{parser: p, line: line, column: column}
 	r := &Rule{Line: line, Cost: 1}
 
 	name, first, ok := strings.Cut(fields[0], ":")
@@ -107,9 +137,9 @@ func (p *parser) rule(line int, fields []string) {
 	} else {
 		rp.name, r.Name = name, name
 		if prev, dup := p.names[name]; dup {
-			rp.problem("name: expected a unique name, got a duplicate of line %d", prev)
+			rp.problem("name: expected a unique name, got a duplicate of %s", prev)
 		} else {
-			p.names[name] = line
+			p.names[name] = position(line, column)
 		}
 	}
 
@@ -149,8 +179,8 @@ func validName(s string) bool {
 }
 
 // methods parses "*" or a comma-separated list of methods. Methods are
-// upper-cased; any RFC 9110 token is accepted, so extension methods such
-// as PURGE work.
+// upper-cased and must be known (see knownMethods): a typo such as GETT
+// would otherwise be a rule that silently matches nothing.
 func (rp *ruleParser) methods(r *Rule, s string) {
 	if s == "*" {
 		return
@@ -167,6 +197,10 @@ func (rp *ruleParser) methods(r *Rule, s string) {
 			continue
 		}
 		m = strings.ToUpper(m)
+		if !slices.Contains(knownMethods, m) {
+			rp.problem("methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got %q", m)
+			continue
+		}
 		if slices.Contains(methods, m) {
 			rp.problem("methods: expected each method once, got %q twice", m)
 			continue
@@ -174,6 +208,20 @@ func (rp *ruleParser) methods(r *Rule, s string) {
 		methods = append(methods, m)
 	}
 	r.Methods = methods
+}
+
+// knownMethods are the methods a rule may name: those of the IANA HTTP
+// Method Registry (https://www.iana.org/assignments/http-methods), less
+// "*", which the rule language reads as every method, plus PURGE, which
+// caches such as Varnish, Fastly and nginx accept.
+var knownMethods = []string{
+	"ACL", "BASELINE-CONTROL", "BIND", "CHECKIN", "CHECKOUT", "CONNECT", "COPY",
+	"DELETE", "GET", "HEAD", "LABEL", "LINK", "LOCK", "MERGE", "MKACTIVITY",
+	"MKCALENDAR", "MKCOL", "MKREDIRECTREF", "MKWORKSPACE", "MOVE", "OPTIONS",
+	"ORDERPATCH", "PATCH", "POST", "PRI", "PROPFIND", "PROPPATCH", "PUT", "REBIND",
+	"REPORT", "SEARCH", "TRACE", "UNBIND", "UNCHECKOUT", "UNLINK", "UNLOCK",
+	"UPDATE", "UPDATEREDIRECTREF", "VERSION-CONTROL",
+	"PURGE",
 }
 
 // path parses an exact path or a prefix ending in "/*" and stores it in

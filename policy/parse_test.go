@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// specExample is the example block of SPEC section 3, verbatim.
+// specExample is the example block of the README's Rules section, verbatim.
 const specExample = `# name     methods  path                  identity       limit   options
 login:     POST     /api/login            by ip          5/15m
 register:  POST     /api/register         by ip          3/1h
@@ -37,7 +37,12 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate name", "login: POST /api/login by ip 5/15m\n\nlogin: POST /api/login2 by ip 5/15m",
 			`line 3: rule "login": name: expected a unique name, got a duplicate of line 1`},
 		{"duplicate name on one line", "a: * /a by ip 1/1s; a: * /b by ip 1/1s",
-			`line 1: rule "a": name: expected a unique name, got a duplicate of line 1`},
+			`line 1, column 21: rule "a": name: expected a unique name, got a duplicate of line 1, column 1`},
+		{"each rule of a line at its own column", "a: * /a by ip 1/1s;  b: * /b by ip 1/1x ;c: GETT /c by ip 1/1s;;",
+			strings.Join([]string{
+				`line 1, column 22: rule "b": limit: expected N/window such as 5/15m, got "1/1x"`,
+				`line 1, column 42: rule "c": methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got "GETT"`,
+			}, "\n")},
 		{"missing by", "login: POST /api/login ip 5/15m",
 			`line 1: rule "login": syntax: expected "by" before the identity, got "POST /api/login ip 5/15m"`},
 		{"name only", "login:",
@@ -64,6 +69,10 @@ func TestParseErrors(t *testing.T) {
 			`line 1: rule "login": methods: expected a method name (an RFC 9110 token), got "P(OST"`},
 		{"duplicate method", "login: GET,get /api/login by ip 5/15m",
 			`line 1: rule "login": methods: expected each method once, got "GET" twice`},
+		{"unknown method", "login: GETT /api/login by ip 5/15m",
+			`line 1: rule "login": methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got "GETT"`},
+		{"unknown method in a list, any case", "login: get,Postt /api/login by ip 5/15m",
+			`line 1: rule "login": methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got "POSTT"`},
 
 		// Path.
 		{"relative path", "login: POST api/login by ip 5/15m",
@@ -202,10 +211,10 @@ func TestParseErrors(t *testing.T) {
 			"# rules\nlogin: POST /api/login by ip 5/15x\n\nok: GET /a by ip 1/1s\nBad: GET /b by ip 1/1s; x: GET /c by foo 0/1m cost=2 shadow shadow\nlogin: * /* by global 1/1s # again",
 			strings.Join([]string{
 				`line 2: rule "login": limit: expected N/window such as 5/15m, got "5/15x"`,
-				`line 5: name: expected [a-z0-9-]+, got "Bad"`,
-				`line 5: rule "x": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got "foo"`,
-				`line 5: rule "x": limit: expected a count from 1 to 1000000000000, got "0/1m"`,
-				`line 5: rule "x": options: expected each option once, got "shadow" twice`,
+				`line 5, column 1: name: expected [a-z0-9-]+, got "Bad"`,
+				`line 5, column 25: rule "x": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got "foo"`,
+				`line 5, column 25: rule "x": limit: expected a count from 1 to 1000000000000, got "0/1m"`,
+				`line 5, column 25: rule "x": options: expected each option once, got "shadow" twice`,
 				`line 6: rule "login": name: expected a unique name, got a duplicate of line 2`,
 			}, "\n")},
 		{"problems in several fields of one rule", "r: GET,GET api by ip(1) 5/0s sliding(7s) fail=no",
@@ -264,6 +273,14 @@ func TestParseErrorFields(t *testing.T) {
 	}
 	if got := (&ParseError{Line: 7, Msg: "x: y"}).Error(); got != "line 7: x: y" {
 		t.Errorf("ParseError without a rule: %q", got)
+	}
+	_, err = Parse("ok: GET /a by ip 1/1s; login: POST /api/login by ip 5/15x")
+	if !errors.As(err, &pe) {
+		t.Fatalf("Parse error %v is not a *ParseError", err)
+	}
+	want = ParseError{Line: 1, Column: 24, Rule: "login", Msg: `limit: expected N/window such as 5/15m, got "5/15x"`}
+	if *pe != want {
+		t.Errorf("ParseError = %+v, want %+v", *pe, want)
 	}
 }
 

@@ -17,7 +17,9 @@ import (
 
 // AdminConfig configures the admin handler.
 type AdminConfig struct {
-	Policy *policy.Policy
+	// Policy returns the rules in force (Proxy.Policy); it is asked on
+	// every request, so a reload shows at once. Required.
+	Policy func() *policy.Policy
 	// Ready reports whether the store decides: nil when it does, or why it
 	// does not (/readyz answers 503 with it). Nil means always ready.
 	Ready    func() error
@@ -52,12 +54,13 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	read := func(h http.HandlerFunc) http.HandlerFunc { return guard(cfg.Token, false, h) }
 	write := func(h http.HandlerFunc) http.HandlerFunc { return guard(cfg.Token, true, h) }
 	mux.HandleFunc("GET /v1/rules", read(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy.Rules())})
+		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy().Rules())})
 	}))
 	if cfg.Keys != nil {
 		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher}
 		mux.HandleFunc("GET /v1/keys", read(api.getKey))
 		mux.HandleFunc("DELETE /v1/keys", write(api.deleteKey))
+		mux.HandleFunc("GET /v1/overrides", read(api.listOverrides))
 		mux.HandleFunc("PUT /v1/overrides", write(api.putOverride))
 		mux.HandleFunc("DELETE /v1/overrides", write(api.deleteOverride))
 	}

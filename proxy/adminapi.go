@@ -28,11 +28,13 @@ type KeyStore interface {
 	SetOverride(ctx context.Context, c limiter.Check, limit int64, window time.Duration) error
 	// DeleteOverride returns a key to its rule's limit.
 	DeleteOverride(ctx context.Context, c limiter.Check) error
+	// Overrides lists every override, by rule and key.
+	Overrides(ctx context.Context) ([]limiter.Override, error)
 }
 
 // adminAPI serves /v1/keys and /v1/overrides.
 type adminAPI struct {
-	policy *policy.Policy
+	policy func() *policy.Policy // the rules in force
 	store  KeyStore
 	hasher *hashing.Hasher
 }
@@ -58,7 +60,7 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 	if name == "" {
 		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "query parameter rule is required"}
 	}
-	rule, ok := a.policy.Lookup(name)
+	rule, ok := a.policy().Lookup(name)
 	if !ok {
 		return limiter.Check{}, &problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s'", name)}
 	}
@@ -216,4 +218,42 @@ func (a *adminAPI) putOverride(w http.ResponseWriter, r *http.Request) {
 		}
 		return map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": policy.FormatWindow(window)}, nil, nil
 	})
+}
+
+// overrideItemJSON is one override as GET /v1/overrides lists it: the key
+// is the hashed identity, as stored.
+type overrideItemJSON struct {
+	Rule      string `json:"rule"`
+	Key       string `json:"key"`
+	Limit     int64  `json:"limit"`
+	Window    string `json:"window"`
+	WindowSec int64  `json:"window_seconds"`
+}
+
+// listOverrides serves GET /v1/overrides: every override, or those of one
+// rule with ?rule=. Overrides of a rule no longer in force are listed too:
+// they apply again if the rule comes back.
+func (a *adminAPI) listOverrides(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if vs := q["rule"]; len(vs) > 1 {
+		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "query parameter rule given more than once"})
+		return
+	}
+	rule := q.Get("rule")
+	all, err := a.store.Overrides(r.Context())
+	if err != nil {
+		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		return
+	}
+	out := make([]overrideItemJSON, 0, len(all))
+	for _, o := range all {
+		if rule != "" && o.Rule != rule {
+			continue
+		}
+		out = append(out, overrideItemJSON{
+			Rule: o.Rule, Key: o.Key, Limit: o.Limit,
+			Window: policy.FormatWindow(o.Window), WindowSec: int64(o.Window / time.Second),
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
 }

@@ -23,6 +23,7 @@ import (
 // adminFixture is a gateway and its admin listener on one memory store.
 type adminFixture struct {
 	public, admin *httptest.Server
+	hasher        *hashing.Hasher
 }
 
 func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
@@ -48,11 +49,11 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	pub := httptest.NewServer(p)
 	t.Cleanup(pub.Close)
 	adm := httptest.NewServer(NewAdmin(AdminConfig{
-		Policy: pol, Gatherer: prometheus.NewRegistry(),
+		Policy: p.Policy, Gatherer: prometheus.NewRegistry(),
 		Keys: mem, Hasher: h, Token: token,
 	}))
 	t.Cleanup(adm.Close)
-	return &adminFixture{public: pub, admin: adm}
+	return &adminFixture{public: pub, admin: adm, hasher: h}
 }
 
 func call(t *testing.T, method, u, token, body string) (int, string) {
@@ -158,6 +159,29 @@ func TestAdminOverrides(t *testing.T) {
 	}
 	if got := statuses(3); !slices.Equal(got, []int{200, 200, 429}) {
 		t.Fatalf("override not applied: %v", got)
+	}
+	// Listed with the hashed key, never the tenant sent; reads need the
+	// token too.
+	if code, _ := call(t, "GET", f.admin.URL+"/v1/overrides", "", ""); code != 401 {
+		t.Fatalf("GET /v1/overrides without the token: %d", code)
+	}
+	var list struct{ Overrides []overrideItemJSON }
+	code, body := call(t, "GET", f.admin.URL+"/v1/overrides", "s3cret", "")
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Overrides) != 1 || strings.Contains(body, "acme") {
+		t.Fatalf("GET /v1/overrides: %d %s", code, body)
+	}
+	want := overrideItemJSON{Rule: "query", Key: f.hasher.Key(policy.ByTenant.String(), "acme"), Limit: 3, Window: "1d", WindowSec: 86400}
+	if list.Overrides[0] != want {
+		t.Fatalf("listed %+v, want %+v", list.Overrides[0], want)
+	}
+	for _, q := range []string{"?rule=other", "?rule=query"} {
+		code, body := call(t, "GET", f.admin.URL+"/v1/overrides"+q, "s3cret", "")
+		if n := strings.Count(body, `"rule":"query"`); code != 200 || (q == "?rule=query") != (n == 1) {
+			t.Fatalf("GET /v1/overrides%s: %d %s", q, code, body)
+		}
+	}
+	if code, _ := call(t, "GET", f.admin.URL+"/v1/overrides?rule=a&rule=b", "s3cret", ""); code != 400 {
+		t.Fatalf("rule given twice: %d", code)
 	}
 	if code, _ := call(t, "DELETE", u, "s3cret", ""); code != 204 {
 		t.Fatalf("DELETE: %d", code)

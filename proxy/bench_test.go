@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
@@ -18,7 +22,7 @@ import (
 
 // benchProxy returns a Proxy for rules on memory stores, in front of an
 // upstream that reads every body, as a real one would, and answers "ok".
-func benchProxy(b *testing.B, rules string) *Proxy {
+func benchProxy(b *testing.B, rules string, opts ...func(*Config)) *Proxy {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
@@ -31,11 +35,46 @@ func benchProxy(b *testing.B, rules string) *Proxy {
 	lim, _ := limiter.New(limiter.Config{Store: memory.New(), Local: memory.New(), Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000})
 	h, _ := hashing.New([]byte("bench-key-0123456789"))
 	upURL, _ := url.Parse(up.URL)
-	p, err := New(Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}})
+	cfg := Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return p
+}
+
+// BenchmarkAccessLog measures what SLUICE_ACCESS_LOG costs per proxied
+// request: without it (the responses metric only) and with it, encoded as
+// JSON by zap's production encoder to a discarding writer, so the cost of
+// a log destination is left out.
+func BenchmarkAccessLog(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		log  bool
+	}{{"off", false}, {"on", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := benchProxy(b, "login: POST /api/login by ip 1000000000/1h", func(c *Config) {
+				c.Metrics = NewMetrics(prometheus.NewRegistry())
+				if bc.log {
+					enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+					c.AccessLog = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel)).Named("access")
+				}
+			})
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest("POST", "/api/login", nil)
+				req.RemoteAddr = "192.0.2.1:1234"
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
 }
 
 func BenchmarkProxy(b *testing.B) {
@@ -81,6 +120,36 @@ func BenchmarkProxyBody(b *testing.B) {
 				if w.Code != 200 || !strings.HasPrefix(w.Body.String(), "ok") {
 					b.Fatal(w.Code, w.Body.String())
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkAccessLogLine measures the access log's own step (finish) for
+// a request decided by two rules, without the proxying around it.
+func BenchmarkAccessLogLine(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		log  bool
+	}{{"off", false}, {"on", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := benchProxy(b, "login: POST /api/login by ip 10/1h; all: * /api/* by global 10/1h", func(c *Config) {
+				c.Metrics = NewMetrics(prometheus.NewRegistry())
+				if bc.log {
+					enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+					c.AccessLog = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel)).Named("access")
+				}
+			})
+			req := httptest.NewRequest("POST", "/api/login", nil)
+			st := &requestState{path: "/api/login", verdict: outcomeAllowed, upstream: time.Millisecond}
+			st.w.code = 200
+			for _, r := range p.Policy().Rules() {
+				st.checks = append(st.checks, limiter.Check{Rule: r, Key: "5opSrQ_Sz3pYk2Nq8LwR0vX1aB4cD6eF7gH9iJ0kL2m"})
+			}
+			began := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				p.finish(req, st, began)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,9 +36,10 @@ import (
 type Config struct {
 	Upstream *url.URL
 	Routes   []Route // longest prefix first, as ParseRoutes returns them
-	Policy   *policy.Policy
-	Limiter  *limiter.Limiter
-	Hasher   *hashing.Hasher
+	// Policy is the rules to start with; SetPolicy replaces them.
+	Policy  *policy.Policy
+	Limiter *limiter.Limiter
+	Hasher  *hashing.Hasher
 	// Trusted lists the proxies whose X-Forwarded-For is believed.
 	Trusted identity.TrustedProxies
 	// MaxBodyBytes bounds the request bodies that are buffered whole
@@ -45,17 +47,24 @@ type Config struct {
 	// read the body, and are streamed elsewhere. Zero means 64 KiB.
 	MaxBodyBytes int64
 	Headers      HeaderFamilies
-	// Transport reaches the upstreams; nil means NewTransport().
+	// Transport reaches the upstreams; nil means
+	// NewTransport(DefaultTimeouts().Upstream).
 	Transport http.RoundTripper
 	Logger    *zap.Logger // nil means no logging
 	Metrics   *Metrics    // nil means no metrics
+	// AccessLog receives one INFO line per request (see finish): method,
+	// canonical path, matched rules, hashed key prefixes, outcome, status
+	// and durations, never a raw identifier or the query string. Nil turns
+	// the access log off.
+	AccessLog *zap.Logger
 }
 
 // Proxy is the gateway's public handler. It is safe for concurrent use.
 type Proxy struct {
 	cfg     Config
-	rp      *httputil.ReverseProxy // for requests a rule matched
-	plain   *httputil.ReverseProxy // for the rest: the upstream's headers pass untouched
+	policy  atomic.Pointer[policy.Policy] // the rules in force
+	rp      *httputil.ReverseProxy        // for requests a rule matched
+	plain   *httputil.ReverseProxy        // for the rest: the upstream's headers pass untouched
 	log     *zap.Logger
 	global  string // the key every "by global" rule counts
 	states  sync.Pool
@@ -70,6 +79,12 @@ type requestState struct {
 	checks  []limiter.Check
 	outcome limiter.Outcome
 	ident   identity.Request
+
+	// For the responses metric and the access log.
+	w        statusWriter
+	path     string        // the canonical path, once known
+	verdict  string        // the access log's outcome
+	upstream time.Duration // time spent forwarding
 }
 
 // New returns a Proxy for cfg.
@@ -81,7 +96,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.MaxBodyBytes = 64 << 10
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+		cfg.Transport = NewTransport(DefaultTimeouts().Upstream)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -92,6 +107,7 @@ func New(cfg Config) (*Proxy, error) {
 		global: cfg.Hasher.Key(policy.ByGlobal.String(), ""),
 		bodies: newBodyPool(cfg.MaxBodyBytes),
 	}
+	p.policy.Store(cfg.Policy)
 	p.states.New = func() any { return new(requestState) }
 	for _, r := range cfg.Routes {
 		p.upNames = append(p.upNames, r.Prefix)
@@ -117,6 +133,14 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// Policy returns the rules in force.
+func (p *Proxy) Policy() *policy.Policy { return p.policy.Load() }
+
+// SetPolicy puts pol in force for the requests that arrive from now on. A
+// request already being served finishes under the rules it started with:
+// each request reads the rules once. pol must not be nil.
+func (p *Proxy) SetPolicy(pol *policy.Policy) { p.policy.Store(pol) }
+
 // ServeHTTP decides r against every matching rule and forwards it or
 // answers it.
 //
@@ -125,11 +149,30 @@ func New(cfg Config) (*Proxy, error) {
 // upstream is sent, the body is the buffered one it is sent, and the
 // methods are its own and the one a "_method" field asks for.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st := p.states.Get().(*requestState)
+	defer func() {
+		clear(st.checks)
+		clear(st.rules)
+		st.checks, st.rules = st.checks[:0], st.rules[:0]
+		st.ident.Reset("", nil, nil, false)
+		st.w = statusWriter{}
+		st.path, st.verdict, st.upstream = "", "", 0
+		p.states.Put(st)
+	}()
+	if p.observing() {
+		began := time.Now()
+		st.w.ResponseWriter = w
+		w = &st.w
+		st.verdict = outcomeRejected
+		defer p.finish(r, st, began)
+	}
+
 	canonical, err := policy.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
 		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
 		return
 	}
+	st.path = canonical
 	removeHopByHop(r.Header)
 	// The client IP is read before the forwarding headers are stripped;
 	// from here on, the only forwarding header is the one sluice sets.
@@ -144,23 +187,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path, r.URL.RawPath = unescaped, canonical
 	}
 	match := policy.MatchPath(canonical)
-
-	st := p.states.Get().(*requestState)
-	defer func() {
-		clear(st.checks)
-		clear(st.rules)
-		st.checks, st.rules = st.checks[:0], st.rules[:0]
-		st.ident.Reset("", nil, nil, false)
-		p.states.Put(st)
-	}()
+	rules := p.policy.Load()
 	// Methods are case-sensitive on the wire, but some frameworks
 	// upper-case them; matching upper-case means "post" cannot slip past a
 	// POST rule. The request is forwarded with the method as sent.
 	method := upperMethod(r.Method)
-	st.rules = p.cfg.Policy.Match(method, match, st.rules[:0])
+	st.rules = rules.Match(method, match, st.rules[:0])
 	// A "_method" field can only matter where some rule applies to the
 	// path under another method; only then is it read.
-	override := p.cfg.Policy.MethodMatters(method, match)
+	override := rules.MethodMatters(method, match)
 	contentType := r.Header["Content-Type"]
 	need := needsBody(st.rules) || override && identity.ReadsBody(contentType)
 
@@ -191,11 +226,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if m != "" && m != method {
 			methods := [2]string{method, m}
-			st.rules = p.cfg.Policy.MatchAny(methods[:], match, st.rules[:0])
+			st.rules = rules.MatchAny(methods[:], match, st.rules[:0])
 		}
 	}
 	if len(st.rules) == 0 {
-		p.forward(w, r, match, p.plain)
+		st.verdict = outcomeNoRule
+		st.upstream = p.forward(w, r, match, p.plain)
 		return
 	}
 
@@ -213,10 +249,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.cfg.Limiter.DecideInto(r.Context(), st.checks, out)
 	switch {
 	case out.Unavailable:
+		st.verdict = outcomeUnavailable
 		p.unavailable(w, out)
 	case !out.Allowed:
+		st.verdict = outcomeLimited
 		p.tooMany(w, st.checks, out)
 	default:
+		st.verdict = outcomeAllowed
 		if i := out.Primary(st.checks); i >= 0 {
 			res := &out.Results[i]
 			p.cfg.Headers.set(w.Header(), quota{
@@ -228,7 +267,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				resetAt:   ceilUnix(res.Reset),
 			})
 		}
-		p.forward(w, r, match, p.rp)
+		st.upstream = p.forward(w, r, match, p.rp)
 	}
 }
 
@@ -324,17 +363,19 @@ func ceilUnix(t time.Time) int64 {
 	return s
 }
 
-// forward sends r to its upstream.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, match string, rp *httputil.ReverseProxy) {
+// forward sends r to its upstream and returns how long that took.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, match string, rp *httputil.ReverseProxy) time.Duration {
 	start := time.Now()
 	i := p.route(match)
 	if i < len(p.cfg.Routes) {
 		r = r.WithContext(withRoute(r.Context(), i))
 	}
 	rp.ServeHTTP(w, r)
+	took := time.Since(start)
 	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(time.Since(start).Seconds())
+		p.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(took.Seconds())
 	}
+	return took
 }
 
 // route returns the index of the route for the match-form path, or

@@ -222,7 +222,7 @@ var (
 	reDigits     = regexp.MustCompile(`^[0-9]+$`)
 )
 
-// check429 asserts every header and the body of SPEC section 6.
+// check429 asserts every header and the body of a 429 as the README's Responses section gives them.
 func check429(t *testing.T, res *http.Response, body []byte, rule string, limit, windowSec int64) int64 {
 	t.Helper()
 	if res.StatusCode != http.StatusTooManyRequests {
@@ -659,7 +659,7 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 	upURL, _ := url.Parse(up.URL)
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
-		Transport: NewTransport(),
+		Transport: NewTransport(DefaultTimeouts().Upstream),
 	}
 	b.ReportAllocs()
 	for b.Loop() {

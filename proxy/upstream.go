@@ -112,10 +112,47 @@ func under(p, prefix string) bool {
 	return p == prefix || (strings.HasPrefix(p, prefix) && p[len(prefix)] == '/')
 }
 
+// Timeouts bound what a slow or idle client, or a slow upstream, can hold.
+// A zero Write means no limit; the others must be positive.
+type Timeouts struct {
+	// ReadHeader is the longest a client may take to send a request's
+	// headers (SLUICE_READ_HEADER_TIMEOUT): the slowloris bound.
+	ReadHeader time.Duration
+	// Read is the longest a client may take to send a whole request,
+	// body included (SLUICE_READ_TIMEOUT). It does not limit a response:
+	// net/http clears the read deadline once the request is read.
+	Read time.Duration
+	// Idle is how long a keep-alive connection may wait for its next
+	// request (SLUICE_IDLE_TIMEOUT).
+	Idle time.Duration
+	// Write is the longest a response may take, from the end of the
+	// request's headers (SLUICE_WRITE_TIMEOUT); 0 never cuts one, so that
+	// server-sent events, long downloads and WebSockets last as long as
+	// their upstream keeps them open.
+	Write time.Duration
+	// Upstream is the longest wait for an upstream's response headers
+	// (SLUICE_UPSTREAM_TIMEOUT); the body then streams for as long as it
+	// takes.
+	Upstream time.Duration
+}
+
+// DefaultTimeouts are the defaults of the SLUICE_*_TIMEOUT settings.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{
+		ReadHeader: 5 * time.Second,
+		Read:       60 * time.Second,
+		Idle:       120 * time.Second,
+		Write:      0,
+		Upstream:   60 * time.Second,
+	}
+}
+
 // NewTransport returns the transport sluice uses towards upstreams: bounded
-// dial and handshake times, and enough idle connections per host that a
-// busy gateway reuses connections instead of exhausting ephemeral ports.
-func NewTransport() *http.Transport {
+// dial and handshake times, a bounded wait for the response headers
+// (upstream, the Upstream of Timeouts), and enough idle connections per
+// host that a busy gateway reuses connections instead of exhausting
+// ephemeral ports.
+func NewTransport(upstream time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy: nil, // never route upstream traffic through an environment proxy
 		DialContext: (&net.Dialer{
@@ -128,20 +165,20 @@ func NewTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: 1 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
+		ResponseHeaderTimeout: upstream,
 	}
 }
 
-// NewServer returns an http.Server with timeouts that bound what a slow or
-// idle client can hold (slowloris): headers must arrive within 5 s, the
-// whole request within 60 s.
-func NewServer(h http.Handler) *http.Server {
+// NewServer returns an http.Server for h with the client-side timeouts of
+// t (its Upstream is the transport's) and a 64 KiB bound on request
+// headers.
+func NewServer(h http.Handler, t Timeouts) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      120 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    64 << 10,
 	}
 }

@@ -51,10 +51,10 @@ func run(listen, upstream string, lifetime time.Duration) error {
 			pr.SetURL(target)
 			pr.SetXForwarded()
 		},
-		Transport:     proxy.NewTransport(),
+		Transport:     proxy.NewTransport(proxy.DefaultTimeouts().Upstream),
 		FlushInterval: -1, // as sluice: flush after every write
 	}
-	srv := proxy.NewServer(rp)
+	srv := proxy.NewServer(rp, proxy.DefaultTimeouts())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err

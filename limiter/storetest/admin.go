@@ -20,6 +20,7 @@ type AdminStore interface {
 	Reset(ctx context.Context, c limiter.Check) error
 	SetOverride(ctx context.Context, c limiter.Check, limit int64, window time.Duration) error
 	DeleteOverride(ctx context.Context, c limiter.Check) error
+	Overrides(ctx context.Context) ([]limiter.Override, error)
 }
 
 // AdminFactory returns a fresh, empty AdminStore on the given clock.
@@ -34,6 +35,36 @@ func RunAdmin(t *testing.T, newStore AdminFactory) {
 	t.Run("OverrideLifecycle", func(t *testing.T) { testOverrideLifecycle(t, newStore) })
 	t.Run("InvalidOverride", func(t *testing.T) { testInvalidOverride(t, newStore) })
 	t.Run("PeekAndReset", func(t *testing.T) { testPeekAndReset(t, newStore) })
+	t.Run("OverridesList", func(t *testing.T) { testOverridesList(t, newStore) })
+}
+
+// testOverridesList: Overrides lists every override there is, by rule and
+// then key, without the deleted ones.
+func testOverridesList(t *testing.T, newStore AdminFactory) {
+	ctx := context.Background()
+	st := newStore(t, NewClock(Base))
+	if got, err := st.Overrides(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("no overrides yet: %v %v", got, err)
+	}
+	query, login := Fixed("query", 5, time.Minute), Fixed("login", 5, time.Minute)
+	for _, o := range []struct {
+		r      *policy.Rule
+		key    string
+		limit  int64
+		window time.Duration
+	}{{query, "k2", 9, time.Hour}, {login, "k1", 3, time.Minute}, {query, "k1", 7, 24 * time.Hour}} {
+		if err := st.SetOverride(ctx, limiter.Check{Rule: o.r, Key: o.key}, o.limit, o.window); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.DeleteOverride(ctx, limiter.Check{Rule: query, Key: "k2"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []limiter.Override{{Rule: "login", Key: "k1", Limit: 3, Window: time.Minute}, {Rule: "query", Key: "k1", Limit: 7, Window: 24 * time.Hour}}
+	got, err := st.Overrides(ctx)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Overrides() = %v %v, want %v", got, err, want)
+	}
 }
 
 // testOverrideParams: an override replaces a rule's limit and window for

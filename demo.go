@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// demoUpstreamAddr is where `sluice demo-upstream` listens unless told
+// otherwise: the upstream of the README's quickstart.
+const demoUpstreamAddr = "127.0.0.1:3000"
+
+// demoUpstream serves a stand-in API on addr until ctx ends, so that the
+// quickstart needs nothing but the sluice binary: every request gets 200
+// and one line naming its method and path. It logs nothing per request:
+// the point of the demo is what sluice does in front of it.
+func demoUpstream(ctx context.Context, addr string, stdout io.Writer) error {
+	if addr == "" {
+		addr = demoUpstreamAddr
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("demo-upstream: %w", err)
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintf(w, "demo upstream: %s %s\n", r.Method, r.URL.Path)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	fmt.Fprintf(stdout, "demo upstream listening on http://%s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("demo-upstream: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

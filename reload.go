@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"reflect"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// errNoRulesFile is reload's answer when the rules come from SLUICE_RULES:
+// the environment of a running process cannot change, so there is nothing
+// to read again.
+var errNoRulesFile = errors.New("nothing to reload: the rules come from SLUICE_RULES, not SLUICE_RULES_FILE")
+
+// newReloadsCounter is sluice_rules_reloads_total{result}, with both
+// results present from the start.
+func newReloadsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_rules_reloads_total",
+		Help: "Reloads of SLUICE_RULES_FILE (on SIGHUP) by result: ok (the new rules are in force) or error (refused; the running rules stay).",
+	}, []string{"result"})
+	c.WithLabelValues("ok")
+	c.WithLabelValues("error")
+	reg.MustRegister(c)
+	return c
+}
+
+// reload reads SLUICE_RULES_FILE again and puts its rules in force, all at
+// once: a request already being served finishes under the rules it
+// started with, the next one is decided under the new ones (see
+// proxy.Proxy.SetPolicy), and the admin API shows them. Rules that do not
+// parse are refused whole: the running rules stay, and the problems are
+// logged and counted. The over-limit fast path needs no flush: it drops a
+// denial made under another definition of a rule at its next lookup.
+func (g *gateway) reload() error {
+	if g.cfg.RulesFile == "" {
+		g.log.Warn("SIGHUP: " + errNoRulesFile.Error())
+		return errNoRulesFile
+	}
+	pol, problems := loadRules(g.cfg.settings)
+	if len(problems) > 0 {
+		g.reloads.WithLabelValues("error").Inc()
+		err := &configError{problems: problems}
+		g.log.Error("rules not reloaded: the running rules stay",
+			zap.String("rules_file", g.cfg.RulesFile), zap.Strings("problems", problems))
+		return err
+	}
+	old := g.proxy.Policy()
+	g.proxy.SetPolicy(pol)
+	g.reloads.WithLabelValues("ok").Inc()
+	added, changed, removed := diffRules(old, pol)
+	g.log.Info("rules reloaded", zap.String("rules_file", g.cfg.RulesFile), zap.Int("rules", pol.Len()),
+		zap.Strings("added", added), zap.Strings("changed", changed), zap.Strings("removed", removed))
+	return nil
+}
+
+// diffRules names the rules of next that old lacks, those whose
+// definition differs, and those of old that next lacks.
+func diffRules(old, next *policy.Policy) (added, changed, removed []string) {
+	for _, r := range next.Rules() {
+		prev, ok := old.Lookup(r.Name)
+		switch {
+		case !ok:
+			added = append(added, r.Name)
+		case !sameRule(prev, r):
+			changed = append(changed, r.Name)
+		}
+	}
+	for _, r := range old.Rules() {
+		if _, ok := next.Lookup(r.Name); !ok {
+			removed = append(removed, r.Name)
+		}
+	}
+	return added, changed, removed
+}
+
+// sameRule reports whether a and b are the same rule, wherever they stand
+// in their sources.
+func sameRule(a, b *policy.Rule) bool {
+	x, y := *a, *b
+	x.Line, y.Line = 0, 0
+	return reflect.DeepEqual(x, y)
+}

@@ -1,0 +1,239 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestReloadOnSIGHUP: SIGHUP (sent to this process, as an operator sends
+// it to sluice's) puts a good rules file in force at once, refuses a bad
+// one and keeps the running rules, and no request fails meanwhile. A
+// request in flight during a reload finishes under the rules it started
+// with, and a denial the fast path remembered under an old limit does not
+// outlive the change.
+func TestReloadOnSIGHUP(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+	}))
+	defer up.Close()
+	var releaseOnce sync.Once
+	releaseSlow := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseSlow() // also when the test fails before its time
+	rules := filepath.Join(t.TempDir(), "rules")
+	write := func(src string) {
+		t.Helper()
+		// Written whole and renamed into place, as a ConfigMap update or
+		// an editor does; a reload never sees half a file.
+		tmp := rules + ".new"
+		if err := os.WriteFile(tmp, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, rules); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a: GET /a by ip 2/1h\nslow: GET /slow by ip 1000/1h\nbusy: GET /busy by ip 1000000/1h\n")
+	env := base()
+	delete(env, "SLUICE_RULES")
+	env["SLUICE_UPSTREAM"] = up.URL
+	env["SLUICE_RULES_FILE"] = rules
+	core, logs := observer.New(zapcore.InfoLevel)
+	g, r := serveGateway(t, env, zap.New(core), nil)
+
+	// Traffic all along: not one request may fail.
+	stop := make(chan struct{})
+	var sent, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := http.Get(r.url + "/busy")
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("request during reloads: %v", err)
+					return
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					failed.Add(1)
+					t.Errorf("request during reloads: %d", res.StatusCode)
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+
+	codes := func(n int) (got []int) {
+		for range n {
+			c, _ := get(t, r.url+"/a")
+			got = append(got, c)
+		}
+		return got
+	}
+	if got := fmt.Sprint(codes(3)); got != "[200 200 429]" {
+		t.Fatalf("before the reload: %s, want [200 200 429]", got)
+	}
+	// A request in flight across the reload.
+	slow := make(chan *http.Response, 1)
+	go func() {
+		res, err := http.Get(r.url + "/slow")
+		if err != nil {
+			t.Error(err)
+			close(slow)
+			return
+		}
+		slow <- res
+	}()
+	<-entered
+
+	hup := func(result string, want float64) {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for testutil.ToFloat64(g.reloads.WithLabelValues(result)) < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s reload counted 10 s after SIGHUP", result)
+			}
+			time.Sleep(5 * time.Millisecond) // the signal arrives asynchronously
+		}
+	}
+	write("a: GET /a by ip 4/1h\nslow: GET /slow by ip 999/1h\nbusy: GET /busy by ip 1000000/1h\n")
+	hup("ok", 1)
+	if got := fmt.Sprint(codes(3)); got != "[200 200 429]" {
+		t.Fatalf("after raising the limit to 4: %s, want [200 200 429] (2 of 4 were used)", got)
+	}
+	releaseSlow()
+	res := <-slow
+	if res == nil {
+		t.FailNow()
+	}
+	res.Body.Close()
+	if p := res.Header.Get("RateLimit-Policy"); res.StatusCode != 200 || p != `"slow";q=1000;w=3600` {
+		t.Fatalf("in-flight request: %d, RateLimit-Policy %q, want 200 under the rule it started with", res.StatusCode, p)
+	}
+	if _, body := get(t, r.admin+"/v1/rules"); !strings.Contains(body, `"name":"a"`) || !strings.Contains(body, `"limit":4,`) {
+		t.Fatalf("/v1/rules after the reload: %s", body)
+	}
+
+	write("a: GETT /a by ip 100/1h\n")
+	hup("error", 1)
+	if got := fmt.Sprint(codes(1)); got != "[429]" {
+		t.Fatalf("after a refused reload: %s, want [429] under the running rules", got)
+	}
+	var shown struct{ Rules []struct{ Name string } }
+	if _, body := get(t, r.admin+"/v1/rules"); json.Unmarshal([]byte(body), &shown) != nil || len(shown.Rules) != 3 {
+		t.Fatalf("/v1/rules after a refused reload: %s", body)
+	}
+	if logs.FilterMessage("rules not reloaded: the running rules stay").FilterFieldKey("problems").Len() != 1 {
+		t.Fatalf("the refused reload was not logged with its problems: %v", logs.All())
+	}
+	if _, body := get(t, r.admin+"/metrics"); !strings.Contains(body, `sluice_rules_reloads_total{result="error"} 1`) {
+		t.Fatal("/metrics lacks the refused reload")
+	}
+	time.Sleep(100 * time.Millisecond) // a little more traffic under the running rules
+	if sent.Load() < 10 || failed.Load() > 0 {
+		t.Fatalf("%d requests sent during the reloads, %d failed", sent.Load(), failed.Load())
+	}
+}
+
+// TestSIGHUPNeverKills runs the real binary: SIGHUP with a good file, a
+// bad file, and a SIGHUP with no rules file at all leave it serving, and
+// SIGTERM then stops it with status 0.
+func TestSIGHUPNeverKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := sluiceBinary(t)
+	rules := filepath.Join(dir, "rules")
+	os.WriteFile(rules, []byte("a: GET /a by ip 5/1m\n"), 0o600)
+	admin := freeAddr(t)
+	for _, env := range [][]string{
+		{"SLUICE_RULES_FILE=" + rules},
+		{"SLUICE_RULES=a: GET /a by ip 5/1m"},
+	} {
+		cmd := exec.Command(bin)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "SLUICE_UPSTREAM=http://127.0.0.1:9",
+			"SLUICE_LISTEN=" + freeAddr(t), "SLUICE_ADMIN_LISTEN=" + admin}, env...)
+		var logs strings.Builder
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitHTTP(t, "http://"+admin+"/healthz")
+		for _, src := range []string{"a: GET /a by ip 6/1m\n", "a: GETT /a by ip 6/1m\n"} {
+			os.WriteFile(rules, []byte(src), 0o600)
+			cmd.Process.Signal(syscall.SIGHUP)
+			time.Sleep(200 * time.Millisecond) // let the signal be handled, or kill
+			waitHTTP(t, "http://"+admin+"/healthz")
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%v: sluice exited with %v after SIGHUPs; log:\n%s", env, err, logs.String())
+		}
+		want := []string{`"msg":"rules reloaded"`, `"msg":"rules not reloaded: the running rules stay"`}
+		if env[0][:len("SLUICE_RULES=")] == "SLUICE_RULES=" {
+			want = []string{"nothing to reload: the rules come from SLUICE_RULES"}
+		}
+		for _, w := range want {
+			if !strings.Contains(logs.String(), w) {
+				t.Errorf("%v: the log lacks %s:\n%s", env, w, logs.String())
+			}
+		}
+	}
+}
+
+// waitHTTP waits up to 10 s for url to answer 200.
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not answer 200 within 10 s: %v", url, err)
+		}
+		time.Sleep(20 * time.Millisecond) // a process starting in the background
+	}
+}
