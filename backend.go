@@ -44,7 +44,7 @@ type backend struct {
 func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget func(rule, key string, at time.Time)) (*backend, error) {
 	if cfg.databaseURL == "" {
 		log.Warn("no database configured: running on the in-memory store; limits are per-instance and not durable")
-		mem := memory.New(memory.WithMaxKeys(cfg.MemoryMaxKeys), memory.WithForget(forget))
+		mem := memory.New(memory.Options{MaxKeys: cfg.MemoryMaxKeys, Forget: forget})
 		return &backend{
 			store:      mem,
 			keys:       mem,

@@ -87,7 +87,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		return 1
 	}))
 
-	local := memory.New(memory.WithMaxKeys(cfg.MemoryMaxKeys))
+	local := memory.New(memory.Options{MaxKeys: cfg.MemoryMaxKeys})
 	g.runners = append(g.runners, local.Run)
 	reg.MustRegister(local.Collectors("local")...)
 	var breaker limiter.Breaker

@@ -375,7 +375,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-func newLocal(c *storetest.Clock) *memory.Store { return memory.New(memory.WithClock(c.Now)) }
+func newLocal(c *storetest.Clock) *memory.Store { return memory.New(memory.Options{Now: c.Now}) }
 
 // TestBreakerInLimiter: once the breaker opens, decisions stop calling a
 // store that would make each of them wait for the timeout, apply their

@@ -78,15 +78,18 @@ type Config struct {
 	// Store decides. Required.
 	Store Store
 	// Local decides the checks of fail=local rules when Store cannot: a
-	// per-instance in-memory store (memory.New()), owned by this Limiter.
-	// Required, since any rule may say fail=local. It is passed here,
-	// rather than made by New, because package memory imports this one.
+	// per-instance in-memory store (see package memory), owned by this
+	// Limiter. Required, since any rule may say fail=local. It is passed
+	// here, rather than made by New, because package memory imports this
+	// one.
 	Local Store
 	// Timeout is the deadline of one store decision (SLUICE_DB_TIMEOUT).
 	// Zero means no deadline beyond the caller's context.
 	Timeout time.Duration
 	// DefaultFail is the fail mode of rules whose Fail is FailDefault
-	// (SLUICE_FAIL_MODE). FailDefault here means FailOpen.
+	// (SLUICE_FAIL_MODE). FailDefault here means FailLocal, the setting's
+	// own default: a rule without fail= still holds a limit (per
+	// instance) when the store cannot decide.
 	DefaultFail policy.FailMode
 	// CacheSize is the number of entries of the over-limit cache
 	// (SLUICE_LOCAL_CACHE_SIZE). Zero turns the fast path off.
@@ -151,7 +154,7 @@ func New(cfg Config) (*Limiter, error) {
 		breaker:     cfg.Breaker,
 	}
 	if l.defaultFail == policy.FailDefault {
-		l.defaultFail = policy.FailOpen
+		l.defaultFail = policy.FailLocal
 	}
 	if l.now == nil {
 		l.now = time.Now

@@ -66,8 +66,8 @@ type fixture struct {
 func newFixture(t testing.TB, edit func(*limiter.Config)) *fixture {
 	t.Helper()
 	f := &fixture{clock: storetest.NewClock(storetest.Base.Add(10 * time.Second)), reg: prometheus.NewRegistry()}
-	f.store = &countingStore{Store: memory.New(memory.WithClock(f.clock.Now))}
-	f.local = memory.New(memory.WithClock(f.clock.Now))
+	f.store = &countingStore{Store: memory.New(memory.Options{Now: f.clock.Now})}
+	f.local = memory.New(memory.Options{Now: f.clock.Now})
 	cfg := limiter.Config{
 		Store:     f.store,
 		Local:     f.local,
@@ -308,7 +308,7 @@ func TestForget(t *testing.T) {
 func TestSharedDenialNotRemembered(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base.Add(10 * time.Second))
 	f := newFixture(t, func(c *limiter.Config) {
-		c.Store = memory.New(memory.WithClock(clock.Now), memory.WithMaxKeys(1))
+		c.Store = memory.New(memory.Options{Now: clock.Now, MaxKeys: 1})
 	})
 	a := rule("a", 1)
 	f.decide(chk(a, "first")) // the store is full now
@@ -363,7 +363,7 @@ func TestFailModes(t *testing.T) {
 		sources     []limiter.Source
 	}{
 		{"open", policy.FailOpen, []limiter.Check{chk(open, "k")}, 0, true, false, []limiter.Source{S}},
-		{"default-unset-is-open", policy.FailDefault, []limiter.Check{chk(def, "k")}, 0, true, false, []limiter.Source{S}},
+		{"default-unset-is-local", policy.FailDefault, []limiter.Check{chk(def, "k")}, 0, true, false, []limiter.Source{limiter.SourceLocal}},
 		{"closed", policy.FailOpen, []limiter.Check{chk(open, "k"), chk(closed, "k")}, 0, false, true,
 			[]limiter.Source{limiter.SourceFailedClosed, limiter.SourceFailedClosed}},
 		{"default-closed", policy.FailClosed, []limiter.Check{chk(def, "k")}, 0, false, true,
@@ -694,7 +694,7 @@ func BenchmarkLimiterDecide(b *testing.B) {
 	}
 	b.Run("miss", func(b *testing.B) {
 		f := newFixture(b, func(c *limiter.Config) {
-			c.Store = memory.New()
+			c.Store = memory.New(memory.Options{})
 			c.Now = time.Now
 		})
 		r := &policy.Rule{Name: "r", Limit: 1 << 40, Window: time.Minute, Cost: 1}
@@ -712,7 +712,7 @@ func BenchmarkLimiterDecide(b *testing.B) {
 	})
 	b.Run("hit", func(b *testing.B) {
 		f := newFixture(b, func(c *limiter.Config) {
-			c.Store = memory.New()
+			c.Store = memory.New(memory.Options{})
 			c.Now = time.Now
 			c.CacheSize = 10000
 		})

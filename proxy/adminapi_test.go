@@ -35,8 +35,8 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	}
 	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var lim *limiter.Limiter
-	mem := memory.New(memory.WithClock(clock.Now), memory.WithForget(func(rule, key string, at time.Time) { lim.Forget(rule, key, at) }))
-	lim, err = limiter.New(limiter.Config{Store: mem, Local: memory.New(), Timeout: time.Second, CacheSize: 100, Now: clock.Now})
+	mem := memory.New(memory.Options{Now: clock.Now, Forget: func(rule, key string, at time.Time) { lim.Forget(rule, key, at) }})
+	lim, err = limiter.New(limiter.Config{Store: mem, Local: memory.New(memory.Options{}), Timeout: time.Second, CacheSize: 100, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

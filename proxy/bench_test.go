@@ -32,7 +32,7 @@ func benchProxy(b *testing.B, rules string, opts ...func(*Config)) *Proxy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim, _ := limiter.New(limiter.Config{Store: memory.New(), Local: memory.New(), Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000})
+	lim, _ := limiter.New(limiter.Config{Store: memory.New(memory.Options{}), Local: memory.New(memory.Options{}), Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000})
 	h, _ := hashing.New([]byte("bench-key-0123456789"))
 	upURL, _ := url.Parse(up.URL)
 	cfg := Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}}

@@ -122,12 +122,12 @@ func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGa
 		o.clock = storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	}
 	if o.store == nil {
-		o.store = memory.New(memory.WithClock(o.clock.Now))
+		o.store = memory.New(memory.Options{Now: o.clock.Now})
 	}
 	rec := &recordingStore{Store: o.store}
 	lim, err := limiter.New(limiter.Config{
 		Store:       rec,
-		Local:       memory.New(memory.WithClock(o.clock.Now)),
+		Local:       memory.New(memory.Options{Now: o.clock.Now}),
 		Timeout:     time.Second,
 		DefaultFail: policy.FailOpen,
 		CacheSize:   1000,

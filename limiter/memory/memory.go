@@ -97,55 +97,43 @@ type override struct {
 	window time.Duration
 }
 
-// Option configures a Store.
-type Option func(*Store)
-
-// WithClock makes the store read the time from now instead of time.Now.
-// Tests pass a settable clock.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
-}
-
 // DefaultSweepInterval is how often Run drops expired counters by
 // default.
 const DefaultSweepInterval = 10 * time.Second
 
-// WithSweepInterval sets how often Run drops expired counters; d <= 0
-// means DefaultSweepInterval.
-func WithSweepInterval(d time.Duration) Option {
-	return func(s *Store) {
-		if d > 0 {
-			s.sweep = d
-		}
-	}
-}
-
-// WithMaxKeys bounds the counters the store holds of its own to n (see
-// the package comment for what happens when it is full); n < 1 means
-// DefaultMaxKeys.
-func WithMaxKeys(n int) Option {
-	return func(s *Store) {
-		if n > 0 {
-			s.maxKeys = int64(n)
-		}
-	}
-}
-
-// WithForget makes Reset, SetOverride and DeleteOverride call forget with
-// the rule, the key and the store's time of the change; the gateway passes
-// its limiter's Forget, so that the over-limit fast path drops the denials
-// the change made stale.
-func WithForget(forget func(rule, key string, at time.Time)) Option {
-	return func(s *Store) { s.forget = forget }
+// Options configure a Store. The zero value of every field means its
+// default, as for the other stores' options.
+type Options struct {
+	// Now is the store's clock. Default time.Now; tests pass a settable
+	// clock.
+	Now func() time.Time
+	// MaxKeys bounds the counters the store holds of its own (see the
+	// package comment for what happens when it is full). Default
+	// DefaultMaxKeys.
+	MaxKeys int
+	// SweepInterval is how often Run drops expired counters. Default
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Forget is called by Reset, SetOverride and DeleteOverride with the
+	// rule, the key and the store's time of the change; the gateway passes
+	// its limiter's Forget, so that the over-limit fast path drops the
+	// denials the change made stale. Default: nobody is told.
+	Forget func(rule, key string, at time.Time)
 }
 
 // New returns an empty Store. It starts no goroutine: expired counters are
 // dropped opportunistically as decisions touch their shard, and entirely by
 // Sweep or Run.
-func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, sweep: DefaultSweepInterval, maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
-	for _, o := range opts {
-		o(s)
+func New(opts Options) *Store {
+	s := &Store{now: opts.Now, sweep: opts.SweepInterval, maxKeys: int64(opts.MaxKeys), forget: opts.Forget, seed: maphash.MakeSeed()}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.sweep <= 0 {
+		s.sweep = DefaultSweepInterval
+	}
+	if s.maxKeys <= 0 {
+		s.maxKeys = DefaultMaxKeys
 	}
 	if s.forget == nil {
 		s.forget = func(string, string, time.Time) {}

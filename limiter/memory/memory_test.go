@@ -16,16 +16,16 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) limiter.Store {
-		return memory.New(memory.WithClock(clock.Now))
+		return memory.New(memory.Options{Now: clock.Now})
 	})
 	storetest.RunAdmin(t, func(t *testing.T, clock *storetest.Clock) storetest.AdminStore {
-		return memory.New(memory.WithClock(clock.Now))
+		return memory.New(memory.Options{Now: clock.Now})
 	})
 }
 
 func newStore() (*memory.Store, *storetest.Clock) {
 	clock := storetest.NewClock(storetest.Base)
-	return memory.New(memory.WithClock(clock.Now)), clock
+	return memory.New(memory.Options{Now: clock.Now}), clock
 }
 
 func TestAlgorithmChange(t *testing.T) {
@@ -109,7 +109,7 @@ func TestSweep(t *testing.T) {
 // and stops when its context ends.
 func TestRun(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
-	st := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(time.Millisecond))
+	st := memory.New(memory.Options{Now: clock.Now, SweepInterval: time.Millisecond})
 	storetest.Decide(t, st, limiter.Check{Rule: &policy.Rule{Name: "r", Limit: 5, Window: time.Minute, Cost: 1}, Key: "k"})
 	clock.Advance(time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -173,7 +173,7 @@ func BenchmarkDecide(b *testing.B) {
 			rule.Limit, rule.Burst, rule.Window = 1000, 1<<40, time.Hour
 		}
 		b.Run("one-rule/"+a.String(), func(b *testing.B) {
-			st := memory.New()
+			st := memory.New(memory.Options{})
 			warm(b, st, rule, names)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -196,7 +196,7 @@ func BenchmarkDecide(b *testing.B) {
 			{Name: "email", Algorithm: policy.Sliding, Limit: 1 << 40, Window: time.Hour, Bucket: time.Minute, Cost: 1},
 			{Name: "global", Algorithm: policy.Token, Limit: 1000, Burst: 1 << 40, Window: time.Hour, Cost: 1},
 		}
-		st := memory.New()
+		st := memory.New(memory.Options{})
 		for _, r := range rules {
 			warm(b, st, r, names)
 		}
@@ -236,7 +236,7 @@ func warm(b *testing.B, st *memory.Store, r *policy.Rule, keys []string) {
 func TestMaxKeys(t *testing.T) {
 	const maxKeys, limit = 100, 3
 	clock := storetest.NewClock(storetest.Base)
-	st := memory.New(memory.WithClock(clock.Now), memory.WithMaxKeys(maxKeys))
+	st := memory.New(memory.Options{Now: clock.Now, MaxKeys: maxKeys})
 	r := &policy.Rule{Name: "login", Limit: limit, Window: time.Minute, Cost: 1}
 	victim := limiter.Check{Rule: r, Key: "victim"}
 	for range limit {

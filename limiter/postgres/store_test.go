@@ -304,7 +304,7 @@ func TestDatabaseClock(t *testing.T) {
 	// store's is the database's.
 	skewedStore := open(t, db, nil, nil)
 	postgres.SetBatchClock(skewedStore, skewedClock{gatewayNow})
-	skewed, err := limiter.New(limiter.Config{Store: skewedStore, Local: memory.New(), Now: gatewayNow, Timeout: 5 * time.Second, CacheSize: 10})
+	skewed, err := limiter.New(limiter.Config{Store: skewedStore, Local: memory.New(memory.Options{}), Now: gatewayNow, Timeout: 5 * time.Second, CacheSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T, clock *storetest.Clock) limiter.Store {
-//			return memory.New(memory.WithClock(clock.Now))
+//			return memory.New(memory.Options{Now: clock.Now})
 //		})
 //	}
 //
