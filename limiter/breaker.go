@@ -287,6 +287,7 @@ func (b *CircuitBreaker) Trip(err error) {
 	if kind == ErrorCanceled {
 		return
 	}
+	b.metrics.storeError(err)
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -345,6 +346,7 @@ func (b *CircuitBreaker) probed(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
+		b.metrics.storeError(err)
 		b.probes++
 		b.setState(BreakerOpen)
 		b.openedAt = now

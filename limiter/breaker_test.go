@@ -292,8 +292,9 @@ func TestBreakerMetricsAndLogs(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zapcore.InfoLevel)
+	m := limiter.NewMetrics(reg)
 	b, err := limiter.NewBreaker(limiter.BreakerConfig{
-		Now: clock.Now, Metrics: limiter.NewMetrics(reg), Logger: zap.New(core),
+		Now: clock.Now, Metrics: m, Logger: zap.New(core),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +344,11 @@ sluice_store_breaker_transitions_total{to="open"} 4
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_store_breaker_transitions_total"); err != nil {
 		t.Error(err)
+	}
+	// The failed probes count as store errors: an outage shows in the
+	// metrics without traffic.
+	if n := testutil.ToFloat64(m.StoreErrors("connection")); n != 3 {
+		t.Errorf("sluice_store_errors_total{kind=\"connection\"} = %v after three failed probes, want 3", n)
 	}
 	entries := logs.All()
 	if len(entries) != 2 {

@@ -1,5 +1,12 @@
 package limiter
 
+import "github.com/prometheus/client_golang/prometheus"
+
+// StoreErrors is the sluice_store_errors_total series of kind.
+func (m *Metrics) StoreErrors(kind string) prometheus.Counter {
+	return m.storeErrors.WithLabelValues(kind)
+}
+
 // StartProbe and EndProbe let the external tests step a breaker through a
 // probe at fixed instants of its clock, as Run does in real time.
 func StartProbe(b *CircuitBreaker) {

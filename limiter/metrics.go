@@ -60,8 +60,10 @@ type Metrics struct {
 //     failed ones included.
 //   - sluice_decision_duration_seconds: the time of whole decisions, from
 //     the fast path to the fail modes: what the limiter adds to a request.
-//   - sluice_store_errors_total{kind}: store decisions that failed, by
-//     ErrorKind (every kind's series exists from the start, at zero).
+//   - sluice_store_errors_total{kind}: failures of the store, by
+//     ErrorKind: decisions, and the breaker's probes and trips (the
+//     background work's failures), so that an outage shows without
+//     traffic. Every kind's series exists from the start, at zero.
 //   - sluice_store_breaker_state: the CircuitBreaker's state, 0 closed, 1
 //     half-open, 2 open (stays 0 without a breaker).
 //   - sluice_store_breaker_transitions_total{to}: changes of the breaker's
@@ -92,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
-			Help: "Store decisions that failed, by kind (timeout, canceled, connection, read_only, too_many_connections, undefined_table, insufficient_privilege, other).",
+			Help: "Failures of the store (decisions, probes and background work), by kind (timeout, canceled, connection, read_only, too_many_connections, undefined_table, insufficient_privilege, other).",
 		}, []string{"kind"}),
 		breakerGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_store_breaker_state",
@@ -179,6 +181,13 @@ func (m *Metrics) storeCall(seconds float64, err error) {
 	}
 	m.storeDuration.Observe(seconds)
 	if err != nil {
+		m.storeErrors.WithLabelValues(ErrorKind(err)).Inc()
+	}
+}
+
+// storeError counts a failure of the store outside a decision.
+func (m *Metrics) storeError(err error) {
+	if m != nil {
 		m.storeErrors.WithLabelValues(ErrorKind(err)).Inc()
 	}
 }

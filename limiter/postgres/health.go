@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -59,7 +61,15 @@ const probeRounds = 2
 // configured rule can have the name: rule names are [a-z0-9-]+.
 var probeRule = &policy.Rule{Name: "_sluice_probe", Algorithm: policy.Fixed, Limit: 1 << 40, Window: time.Hour, Cost: 1}
 
-const probeKey = "probe"
+// probeKey is this process's key of probeRule. A key of its own for every
+// process: the probe's insert is rolled back, but until then it holds the
+// key, and gateways that start together would otherwise probe through one
+// another's locks.
+var probeKey = func() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "probe-" + hex.EncodeToString(b[:])
+}()
 
 // Probe makes the store ready and proves it: it sets the schema up once
 // (see Options.Migrate; a schema that is not migrated far enough is an
