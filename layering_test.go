@@ -31,6 +31,7 @@ var layers = map[string][]string{
 	"deploy":            nil,
 	"bench":             {"limiter", "limiter/postgres", "policy"},
 	"bench/baseline":    {"proxy"},
+	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    nil,
 	// main wires everything.
 	"": {"hashing", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
