@@ -9,6 +9,7 @@
 //
 //	go run ./bench [-database-url URL] [-redis-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
 //	go run ./bench soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
+//	go run ./bench fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-duration 5s]
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
@@ -57,6 +58,10 @@ type options struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "soak" {
 		mainSoak(os.Args[2:])
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fleet" {
+		mainFleet(os.Args[2:])
 		return
 	}
 	opts, err := parseFlags(os.Args[1:])
