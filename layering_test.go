@@ -29,8 +29,9 @@ var layers = map[string][]string{
 	// Test and measurement support.
 	"migrations/pgtest": {"limiter/postgres"},
 	"deploy":            nil,
-	"bench":             {"limiter", "limiter/postgres", "policy"},
+	"bench":             {"hashing", "limiter", "limiter/postgres", "policy"},
 	"bench/baseline":    {"proxy"},
+	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    nil,
 	// main wires everything.
 	"": {"hashing", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},

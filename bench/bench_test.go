@@ -35,14 +35,14 @@ sluice_decisions_total{outcome="local",rule="tenant"} 2
 sluice_decisions_total{outcome="limited",rule="ip"} 1.2e+06
 sluice_fast_path_hits_total{rule="ip"} 99
 `
-	o, err := parseDecisions(strings.NewReader(exposition))
+	o, err := parseDecisions(strings.NewReader(exposition), "sluice_decisions_total")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o["allowed"] != 15 || o["limited"] != 1_200_000 || o.failed() != 5 {
 		t.Errorf("parseDecisions = %v, want allowed 15, limited 1200000, failed 5", o)
 	}
-	if _, err := parseDecisions(strings.NewReader(`sluice_decisions_total{outcome="allowed"} many`)); err == nil {
+	if _, err := parseDecisions(strings.NewReader(`sluice_decisions_total{outcome="allowed"} many`), "sluice_decisions_total"); err == nil {
 		t.Error("malformed value: no error")
 	}
 }
@@ -94,22 +94,25 @@ func TestWithDatabase(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
-	o, err := parseFlags([]string{"-scenarios", "4,1", "-targets", "postgres,baseline", "-env", "SLUICE_DB_TIMEOUT=100ms"})
+	o, err := parseFlags([]string{"-scenarios", "4,1", "-targets", "postgres,redis,baseline", "-env", "SLUICE_DB_TIMEOUT=100ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(o.scenarios) != 2 || o.scenarios[0].id != "4" || o.scenarios[1].id != "1" {
 		t.Errorf("scenarios = %v, want 4 then 1", o.scenarios)
 	}
-	if strings.Join(o.targets, ",") != "baseline,postgres" {
-		t.Errorf("targets = %v, want the baseline first", o.targets)
+	if strings.Join(o.targets, ",") != "baseline,redis,postgres" {
+		t.Errorf("targets = %v, want the baseline first, then redis", o.targets)
+	}
+	if d, err := parseFlags(nil); err != nil || strings.Join(d.targets, ",") != "baseline,redis,memory,postgres" {
+		t.Errorf("default targets = %v (%v), want baseline,redis,memory,postgres", d.targets, err)
 	}
 	if len(o.sluiceEnv) != 1 || o.sluiceEnv[0] != "SLUICE_DB_TIMEOUT=100ms" {
 		t.Errorf("sluiceEnv = %v", o.sluiceEnv)
 	}
 	for _, bad := range [][]string{
 		{"-scenarios", "5"},
-		{"-targets", "redis"},
+		{"-targets", "nosuch"},
 		{"-env", "NOEQUALS"},
 		{"-rounds", "0"},
 		{"-connections", "1", "-threads", "2"},
@@ -137,6 +140,41 @@ func TestScriptCarriesTheMix(t *testing.T) {
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("script lacks %q:\n%s", want, b)
+		}
+	}
+}
+
+// Every scenario's rules reach the Redis peer as its -limit values, in
+// order; rules the peer cannot apply as sluice does are refused.
+func TestRedisLimits(t *testing.T) {
+	want := map[string][]string{
+		"1": {"ip=ip,1000000,1h0m0s"},
+		"2": {"global=global,1000000000,1h0m0s"},
+		"3": {"global=global,1000000000,1h0m0s", "ip=ip,1000000,1h0m0s", "tenant=tenant,1000000000,1h0m0s"},
+		"4": {"ip=ip,10,24h0m0s"},
+	}
+	for _, s := range scenarios {
+		got, err := redisLimits(s.rules)
+		if err != nil {
+			t.Errorf("scenario %s: %v", s.id, err)
+			continue
+		}
+		if strings.Join(got, " ") != strings.Join(want[s.id], " ") {
+			t.Errorf("scenario %s: limits %q, want %q", s.id, got, want[s.id])
+		}
+	}
+	for _, bad := range []string{
+		"login: POST /api/* by ip 5/1m",
+		"other: * /login by ip 5/1m",
+		"email: * /api/* by email 5/1m",
+		"slide: * /api/* by ip 5/1m sliding",
+		"shadow: * /api/* by ip 5/1m shadow",
+		"t: * /api/* by tenant(X-Org) 5/1m",
+		"not a rule",
+		"",
+	} {
+		if got, err := redisLimits(bad); err == nil {
+			t.Errorf("redisLimits(%q) = %q, want an error", bad, got)
 		}
 	}
 }

@@ -1,13 +1,15 @@
 // Command bench is sluice's load harness. In one run it starts a
 // trivial upstream, a bare httputil.ReverseProxy with sluice's transport
-// (the baseline), sluice on the memory store and sluice on PostgreSQL, all
-// as separate processes on loopback; drives each with wrk at a fixed
+// (the baseline), the same proxy limited by go-redis/redis_rate (the Redis
+// peer), sluice on the memory store and sluice on PostgreSQL, all as
+// separate processes on loopback; drives each with wrk at a fixed
 // concurrency through four scenarios; and prints one Markdown table of
 // throughput, latency, ratios to the baseline, Postgres transactions per
 // decision and allowed/denied counts. See bench/README.md.
 //
-//	go run ./bench [-database-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
+//	go run ./bench [-database-url URL] [-redis-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
 //	go run ./bench soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
+//	go run ./bench fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-duration 5s]
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
@@ -33,15 +35,17 @@ import (
 // Targets, in the order each scenario measures them.
 const (
 	targetBaseline = "baseline"
+	targetRedis    = "redis"
 	targetMemory   = "memory"
 	targetPostgres = "postgres"
 )
 
-var allTargets = []string{targetBaseline, targetMemory, targetPostgres}
+var allTargets = []string{targetBaseline, targetRedis, targetMemory, targetPostgres}
 
 // options are the command-line flags.
 type options struct {
 	databaseURL      string
+	redisURL         string
 	load             load
 	warmup, duration time.Duration
 	rounds           int
@@ -54,6 +58,10 @@ type options struct {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "soak" {
 		mainSoak(os.Args[2:])
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fleet" {
+		mainFleet(os.Args[2:])
 		return
 	}
 	opts, err := parseFlags(os.Args[1:])
@@ -101,6 +109,11 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	var scen, targets string
 	fs.StringVar(&o.databaseURL, "database-url", defaultURL, "Postgres to benchmark on (default $SLUICE_TEST_DATABASE_URL); the harness creates and drops a database of its own there")
+	defaultRedis := os.Getenv("SLUICE_BENCH_REDIS_URL")
+	if defaultRedis == "" {
+		defaultRedis = "redis://127.0.0.1:6379/0"
+	}
+	fs.StringVar(&o.redisURL, "redis-url", defaultRedis, "Redis of the redis target (default $SLUICE_BENCH_REDIS_URL); its keys are deleted at the end")
 	fs.IntVar(&o.load.connections, "connections", 64, "concurrent connections (closed loop)")
 	fs.IntVar(&o.load.threads, "threads", 2, "wrk threads")
 	fs.DurationVar(&o.load.timeout, "request-timeout", 5*time.Second, "wrk's per-request timeout")
@@ -162,7 +175,9 @@ type bench struct {
 	upstream string   // base URL
 	baseline string   // base URL
 	hashKey  string
-	notes    []string // printed under the table
+	// redisPrefix starts the keys of every Redis peer of the run.
+	redisPrefix string
+	notes       []string // printed under the table
 }
 
 // note records something the reader of the table should know.
@@ -197,14 +212,21 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	}
 	defer os.RemoveAll(dir)
 
-	b := &bench{opts: opts, log: progress, dir: dir, procs: &procs{dir: dir}, hashKey: randomHex(32)}
+	b := &bench{opts: opts, log: progress, dir: dir, procs: &procs{dir: dir}, hashKey: randomHex(32), redisPrefix: "sluice-bench-" + randomHex(4) + "-"}
 	defer b.procs.stopAll()
 
-	fmt.Fprintln(progress, "building sluice, baseline and upstream…")
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./bench/baseline", "./bench/upstream")
+	fmt.Fprintln(progress, "building sluice, baseline, Redis peer and upstream…")
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./bench/baseline", "./bench/redis", "./bench/upstream")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+
+	redisVersion := "Redis not used"
+	if slices.Contains(opts.targets, targetRedis) {
+		if redisVersion, err = b.checkRedis(ctx); err != nil {
+			return err
+		}
 	}
 
 	pgVersion := "not used"
@@ -240,8 +262,8 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 		results = append(results, rs...)
 	}
 
-	fmt.Fprintf(stdout, "Machine: %s. Go %s, PostgreSQL %s, %s. Load: %d connections, %d wrk threads; per scenario and target %s warm-up, then %d rounds of %s taken in turns.\n\n",
-		machine(), strings.TrimPrefix(runtime.Version(), "go"), pgVersion, wrkV,
+	fmt.Fprintf(stdout, "Machine: %s. Go %s, PostgreSQL %s, %s, %s. Load: %d connections, %d wrk threads; per scenario and target %s warm-up, then %d rounds of %s taken in turns.\n\n",
+		machine(), strings.TrimPrefix(runtime.Version(), "go"), pgVersion, redisVersion, wrkV,
 		opts.load.connections, opts.load.threads, opts.warmup, opts.rounds, opts.duration)
 	writeTable(stdout, results)
 	for _, n := range b.notes {

@@ -30,7 +30,7 @@ type result struct {
 type cell struct {
 	result
 	url    string
-	sluice *sluice // nil for the baseline
+	server *server // nil for the baseline
 }
 
 // runScenario measures every target in scenario s. The sluices are
@@ -42,12 +42,16 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 	for _, t := range b.opts.targets {
 		c := &cell{result: result{scenario: s, target: t, xacts: -1, failed: -1}, url: b.baseline}
 		if t != targetBaseline {
-			sl, err := b.startSluice(ctx, s, t)
+			start := b.startSluice
+			if t == targetRedis {
+				start = b.startRedis
+			}
+			sl, err := start(ctx, s, t)
 			if err != nil {
 				return nil, err
 			}
 			defer b.procs.stop(sl.proc)
-			c.sluice, c.url, c.failed = sl, sl.url, 0
+			c.server, c.url, c.failed = sl, sl.url, 0
 			if s.exhaust > 0 {
 				n, err := exhaust(ctx, sl.url, s)
 				if err != nil {
@@ -104,7 +108,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 	if pg != nil {
 		// Stopping sluice closes its connections, and exiting backends
 		// publish their counts at once.
-		b.procs.stop(pg.sluice.proc)
+		b.procs.stop(pg.server.proc)
 		xactsAfter, err := b.db.settledXacts(ctx)
 		if err != nil {
 			return nil, err
@@ -125,9 +129,9 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 // rounds, with the store failures sluice counted meanwhile.
 func (b *bench) measureRound(ctx context.Context, c *cell, script string) error {
 	var before outcomes
-	if c.sluice != nil {
+	if c.server != nil {
 		var err error
-		if before, err = scrape(ctx, c.sluice.admin); err != nil {
+		if before, err = c.server.scrape(ctx); err != nil {
 			return err
 		}
 	}
@@ -136,8 +140,8 @@ func (b *bench) measureRound(ctx context.Context, c *cell, script string) error 
 		return err
 	}
 	c.rounds = append(c.rounds, r)
-	if c.sluice != nil {
-		after, err := scrape(ctx, c.sluice.admin)
+	if c.server != nil {
+		after, err := c.server.scrape(ctx)
 		if err != nil {
 			return err
 		}
@@ -157,15 +161,18 @@ func (b *bench) warmUp(ctx context.Context, script, baseURL string) error {
 	return err
 }
 
-// sluice is one running sluice.
-type sluice struct {
+// server is one running target other than the baseline: sluice or the
+// Redis peer.
+type server struct {
 	proc       *proc
 	url, admin string // base URLs of the public and admin listeners
+	// metric is the counter of checks by outcome at admin's /metrics.
+	metric string
 }
 
 // startSluice starts sluice for scenario s on target t's store and waits
 // until it is ready (its store reachable).
-func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*sluice, error) {
+func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*server, error) {
 	public, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -194,7 +201,7 @@ func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*sluice,
 	if err != nil {
 		return nil, err
 	}
-	sl := &sluice{proc: p, url: "http://" + public, admin: "http://" + admin}
+	sl := &server{proc: p, url: "http://" + public, admin: "http://" + admin, metric: "sluice_decisions_total"}
 	if err := waitReady(ctx, p, sl.admin+"/readyz"); err != nil {
 		b.procs.stop(p)
 		return nil, err
@@ -270,7 +277,8 @@ func get(ctx context.Context, client *http.Client, url, ip string) (int, error) 
 	return res.StatusCode, nil
 }
 
-// outcomes are sluice_decisions_total summed over rules, by outcome.
+// outcomes are a target's checks by outcome (sluice_decisions_total
+// summed over rules).
 type outcomes map[string]int64
 
 // failed counts the checks whose store could not decide, whatever the
@@ -279,9 +287,10 @@ func (o outcomes) failed() int64 {
 	return o["failed_open"] + o["failed_closed"] + o["local"]
 }
 
-// scrape reads sluice_decisions_total from a sluice's admin listener.
-func scrape(ctx context.Context, adminURL string) (outcomes, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/metrics", nil)
+// scrape reads the counter of checks by outcome from the server's admin
+// listener.
+func (s *server) scrape(ctx context.Context) (outcomes, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.admin+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -290,16 +299,16 @@ func scrape(ctx context.Context, adminURL string) (outcomes, error) {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer res.Body.Close()
-	return parseDecisions(res.Body)
+	return parseDecisions(res.Body, s.metric)
 }
 
-// parseDecisions sums the sluice_decisions_total samples of a Prometheus
+// parseDecisions sums the samples of the counter metric in a Prometheus
 // text exposition by their outcome label.
-func parseDecisions(r io.Reader) (outcomes, error) {
+func parseDecisions(r io.Reader, metric string) (outcomes, error) {
 	o := outcomes{}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		labels, ok := strings.CutPrefix(sc.Text(), "sluice_decisions_total{")
+		labels, ok := strings.CutPrefix(sc.Text(), metric+"{")
 		if !ok {
 			continue
 		}

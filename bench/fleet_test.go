@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and parentheses, as a process may name
+	// itself; fields from proc(5).
+	line := "4242 (post (gres) x) S 2208 4242 4242 0 -1 4194304 1126 0 0 0 217 805 31 7 20 0 1 0 7594 222543872 2739"
+	s, err := parseProcStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := procStat{comm: "post (gres) x", ppid: 2208, utime: 217, stime: 805, cutime: 31, cstime: 7}
+	if s != want {
+		t.Errorf("parseProcStat = %+v, want %+v", s, want)
+	}
+	if s.own() != 1022 {
+		t.Errorf("own = %d, want 1022", s.own())
+	}
+	for _, bad := range []string{
+		"",
+		"4242 postgres S 2208",
+		"4242 (postgres) S 2208 4242 4242 0 -1 4194304 1126 0 0 0 217",
+		"4242 (postgres) S 2208 4242 4242 0 -1 4194304 1126 0 0 0 x 805 31 7 20",
+	} {
+		if _, err := parseProcStat(bad); err == nil {
+			t.Errorf("parseProcStat(%q): no error", bad)
+		}
+	}
+}
+
+func TestCPUDelta(t *testing.T) {
+	before := map[int]int64{1: 100, 2: 50, 3: 70}
+	after := map[int]int64{1: 130, 2: 50, 4: 9} // 3 exited, 4 started
+	delta, lost := cpuDelta(before, after)
+	if delta != 30+0+9 || lost != 1 {
+		t.Errorf("cpuDelta = %d, %d; want 39, 1", delta, lost)
+	}
+}
+
+// A child that exits between two readings counts in full, through the
+// parent's cutime and cstime: the test process plays the postmaster.
+func TestTreeCPUCountsExitedChildren(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	before, err := treeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	after, err := treeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child < 50*time.Millisecond {
+		t.Fatalf("the child used only %s; the test needs more", child)
+	}
+	// Clock ticks are 10 ms: allow two of them.
+	if got := ticks(after - before); got < child-20*time.Millisecond {
+		t.Errorf("treeCPU grew by %s, less than the exited child's %s", got, child)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 200; i++ {
+		d = append(d, time.Duration(i))
+	}
+	if p50, p99 := percentile(d, 50), percentile(d, 99); p50 != 100 || p99 != 198 {
+		t.Errorf("p50, p99 = %d, %d; want 100, 198", p50, p99)
+	}
+	if p := percentile(d[:1], 99); p != 1 {
+		t.Errorf("p99 of one = %d, want 1", p)
+	}
+	if p := percentile(nil, 50); p != 0 {
+		t.Errorf("p50 of none = %d, want 0", p)
+	}
+}
+
+func TestParseFleetFlags(t *testing.T) {
+	o, err := parseFleetFlags([]string{"-gateways", "1, 3", "-hot", "-synchronous-commit", "on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.gateways) != 2 || o.gateways[1] != 3 || !o.hot || !o.syncCommit || o.callers != 64 || o.keys != 10000 {
+		t.Errorf("options = %+v", o)
+	}
+	for _, bad := range [][]string{
+		{"-gateways", "0"},
+		{"-gateways", "1,x"},
+		{"-callers", "0"},
+		{"-keys", "200000"},
+		{"-synchronous-commit", "local"},
+		{"-duration", "0s"},
+		{"extra"},
+	} {
+		if _, err := parseFleetFlags(bad); err == nil {
+			t.Errorf("parseFleetFlags(%q): no error", bad)
+		}
+	}
+}
+
+// A short fleet on the real Postgres (SLUICE_TEST_DATABASE_URL, else the
+// development machine's, as every store test; never skipped): every row
+// measured, with transactions and CPU time, and the database gone after.
+func TestFleetShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	o, err := parseFleetFlags([]string{"-gateways", "1,2", "-callers", "8", "-keys", "500", "-warmup", "0s", "-duration", "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	r, err := fleet(ctx, o, &progress)
+	if err != nil {
+		t.Fatalf("fleet: %v\n%s", err, progress.String())
+	}
+	if len(r.rows) != 2 {
+		t.Fatalf("%d rows, want 2", len(r.rows))
+	}
+	for _, row := range r.rows {
+		if row.decided == 0 || row.lifeDecided < row.decided || row.p99 < row.p50 || row.p50 <= 0 {
+			t.Errorf("%d gateways: decided %d (life %d), p50 %s, p99 %s", row.gateways, row.decided, row.lifeDecided, row.p50, row.p99)
+		}
+		// Batched: far fewer transactions than decisions, but some.
+		if row.xacts <= 0 || row.xacts > row.lifeDecided {
+			t.Errorf("%d gateways: %d transactions for %d decisions", row.gateways, row.xacts, row.lifeDecided)
+		}
+		if r.cpuErr == nil && (row.backendCPU <= 0 || row.serverCPU+20*time.Millisecond < row.backendCPU) {
+			t.Errorf("%d gateways: backends' CPU %s, server's %s; want some, the server's at least the backends'", row.gateways, row.backendCPU, row.serverCPU)
+		}
+	}
+	var table strings.Builder
+	r.writeTable(&table)
+	for _, want := range []string{"\n| 1 | ", "\n| 2 | ", "decisions/s per pg core"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+
+	conn, err := pgx.Connect(ctx, o.databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", r.database).Scan(&n); err != nil || n != 0 {
+		t.Errorf("database %s: %d left (%v), want dropped", r.database, n, err)
+	}
+}
