@@ -1,4 +1,4 @@
--- version: 2
+-- version: 3
 --
 -- decide: the whole limiter decision, computed in the database with the
 -- database's clock, for a list of decisions at once. The store that calls
@@ -209,13 +209,20 @@ BEGIN
     raw_len := array_fill(0, ARRAY[ns]);
     fresh   := array_fill(true, ARRAY[ns]);
     pass    := 1;
+    -- The slots in canonical order, each probing the primary key for its
+    -- counter and locking it: LATERAL fixes that shape. A cursor is
+    -- planned for its first rows, and as a join ordered by (rule, key) it
+    -- was planned, on an empty table (every fresh deployment), as a walk
+    -- of the whole index in key order with the batch compared against
+    -- every counter, a plan each connection then kept as the table grew.
     OPEN rows FOR
         SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets, false AS mine
-        FROM {{schema}}.counters AS c
-        JOIN unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
-          ON c.rule = u.rule AND c.key = u.key
-        ORDER BY c.rule, c.key
-        FOR UPDATE OF c;
+        FROM (SELECT * FROM unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
+              ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
+        CROSS JOIN LATERAL (
+            SELECT * FROM {{schema}}.counters AS c
+            WHERE c.rule = u.rule AND c.key = u.key
+            FOR UPDATE) AS c;
     LOOP
         LOOP
             FETCH rows INTO rec;
@@ -265,21 +272,23 @@ BEGIN
         IF locked = 0 AND inserted = 0 THEN
             OPEN rows FOR
                 SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets, false AS mine
-                FROM {{schema}}.counters AS c
-                JOIN unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
-                  ON c.rule = u.rule AND c.key = u.key
-                ORDER BY c.rule, c.key
-                FOR UPDATE OF c;
+                FROM (SELECT * FROM unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
+                      ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
+                CROSS JOIN LATERAL (
+                    SELECT * FROM {{schema}}.counters AS c
+                    WHERE c.rule = u.rule AND c.key = u.key
+                    FOR UPDATE) AS c;
         ELSE
             OPEN rows FOR
                 SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
                        c.expires_at = '-infinity' AS mine
-                FROM {{schema}}.counters AS c
-                JOIN unnest(s_rule, s_key, fresh) WITH ORDINALITY AS u(rule, key, missing, i)
-                  ON c.rule = u.rule AND c.key = u.key
-                WHERE u.missing
-                ORDER BY c.rule, c.key
-                FOR UPDATE OF c NOWAIT;
+                FROM (SELECT * FROM unnest(s_rule, s_key, fresh) WITH ORDINALITY AS u(rule, key, missing, i)
+                      WHERE u.missing
+                      ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
+                CROSS JOIN LATERAL (
+                    SELECT * FROM {{schema}}.counters AS c
+                    WHERE c.rule = u.rule AND c.key = u.key
+                    FOR UPDATE NOWAIT) AS c;
         END IF;
     END LOOP;
     IF pass = 2 AND inserted <> n_drop THEN
