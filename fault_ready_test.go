@@ -331,6 +331,7 @@ func TestFaultColdStartUnderLoad(t *testing.T) {
 				"SLUICE_DATABASE_URL": db.URL,
 				"SLUICE_DB_SCHEMA":    schema,
 				"SLUICE_HASH_KEY":     "fault-test-secret-0123456789",
+				"SLUICE_DB_TIMEOUT":   coldStartTimeout.String(),
 			})
 			procs = append(procs, p)
 			wg.Go(func() {
@@ -473,7 +474,7 @@ func (p *process) storeMetrics() string {
 	sc := bufio.NewScanner(res.Body)
 	for sc.Scan() {
 		if l := sc.Text(); strings.HasPrefix(l, "sluice_store_duration_seconds_bucket") || strings.HasPrefix(l, "sluice_db_decide_statements_total") ||
-			strings.HasPrefix(l, "sluice_db_decisions_total") || strings.HasPrefix(l, "sluice_store_breaker") {
+			strings.HasPrefix(l, "sluice_db_decisions_total") || strings.HasPrefix(l, "sluice_store_breaker") || strings.HasPrefix(l, "sluice_db_pool_") {
 			b.WriteString(l + " ")
 		}
 	}
@@ -597,3 +598,14 @@ func rss(t *testing.T, pid int) int64 {
 	t.Fatal("no VmRSS")
 	return 0
 }
+
+// coldStartTimeout is the decision deadline of TestFaultColdStartUnderLoad.
+// Not the default 50ms: with both cores kept busy, this machine's
+// scheduling alone makes a decision miss 50ms now and then, at start-up or
+// long after it (three warm gateways under the same load, 3 s after the
+// last opened, let 7 and 9 of 30 through a limit of 5 in 2 of 20 bursts),
+// and a missed deadline is the fail mode's business, not readiness'. What
+// this test is about is what start-up adds: connecting, warming, compiling,
+// and connections made or dropped while the first requests arrive; 250ms
+// is far above the scheduling noise and far below any of those.
+const coldStartTimeout = 250 * time.Millisecond

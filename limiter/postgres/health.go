@@ -212,13 +212,20 @@ func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.
 var emptyOverrides = &overrideSet{generation: -1}
 
 // watchBreaker abandons the statements in flight and drops the pool's
-// connections whenever the breaker opens, until ctx is done.
+// connections whenever the breaker opens, until ctx is done. A breaker
+// that is open when it starts (a store that was never ready) has no
+// connections from before an outage to distrust: dropping them then would
+// only throw away the connections the pool is making and warming, and
+// make it start again while the first requests arrive.
 func (s *Store) watchBreaker(ctx context.Context) {
+	prev := s.breaker.State()
 	for {
 		changed := s.breaker.Changed()
-		if s.breaker.State() == limiter.BreakerOpen {
+		state := s.breaker.State()
+		if state == limiter.BreakerOpen && prev != limiter.BreakerOpen {
 			s.abort()
 		}
+		prev = state
 		select {
 		case <-ctx.Done():
 			return
@@ -267,6 +274,13 @@ func (s *Store) trip(err error) {
 //     loaded machine). A connection that cannot make that decision (the
 //     schema is not migrated yet) is not kept: the pool holds warm
 //     connections only. An AfterConnect already in cfg runs after that.
+//   - A connection is not pinged before use, unless cfg.ShouldPing says
+//     otherwise. pgxpool pings one that was idle for a second, a round
+//     trip more on the decision's deadline for the first request after
+//     every quiet second, and on a loaded machine enough to miss it. A
+//     connection that died meanwhile fails its statement instead, which is
+//     sent again once on a fresh connection (see run), and the background
+//     poll trips the breaker within a second when the database goes away.
 //
 // The store migrates and checks the schema on a pool of its own, without
 // this AfterConnect; so does `sluice migrate`.
@@ -277,6 +291,9 @@ func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
 	}
 	if cfg.MinConns == 0 {
 		cfg.MinConns = int32(min(opts.MaxInFlight+1, int(cfg.MaxConns)))
+	}
+	if cfg.ShouldPing == nil {
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	}
 	decide := loadQueries(opts.Schema, opts.AsynchronousCommit).decide
 	next := cfg.AfterConnect
