@@ -206,14 +206,25 @@ func TestFastPath(t *testing.T) {
 	}
 }
 
+// TestFastPathDisabled: CacheSize Off turns the fast path off; zero means
+// the default size, with the fast path on.
 func TestFastPathDisabled(t *testing.T) {
-	f := newFixture(t, func(c *limiter.Config) { c.CacheSize = 0 })
-	a := rule("a", 1)
-	for range 5 {
-		f.decide(chk(a, "k"))
-	}
-	if n := f.store.calls.Load(); n != 5 {
-		t.Errorf("store calls = %d, want 5 with the fast path off", n)
+	for _, tc := range []struct {
+		name      string
+		cacheSize int
+		want      int64
+	}{
+		{"off", limiter.Off, 5},
+		{"default", 0, 2}, // the store allows one and denies one; the fast path the rest
+	} {
+		f := newFixture(t, func(c *limiter.Config) { c.CacheSize = tc.cacheSize })
+		a := rule("a", 1)
+		for range 5 {
+			f.decide(chk(a, "k"))
+		}
+		if n := f.store.calls.Load(); n != tc.want {
+			t.Errorf("CacheSize %s: store calls = %d, want %d", tc.name, n, tc.want)
+		}
 	}
 }
 
@@ -551,14 +562,18 @@ func TestBreaker(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	_, err := limiter.New(limiter.Config{Timeout: -1, CacheSize: -1, DefaultFail: 9})
+	_, err := limiter.New(limiter.Config{Timeout: -2, CacheSize: -2, DefaultFail: 9})
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"Store is required", "Local", "Timeout -1ns", "CacheSize -1", "DefaultFail 9"} {
+	for _, want := range []string{"Store is required", "Local", "Timeout -2ns", "CacheSize -2", "DefaultFail 9"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
+	}
+	local := memory.New(memory.Options{})
+	if _, err := limiter.New(limiter.Config{Store: local, Local: local, Timeout: limiter.Off, CacheSize: limiter.Off}); err != nil {
+		t.Errorf("Off: %v", err)
 	}
 }
 

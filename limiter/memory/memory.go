@@ -46,8 +46,8 @@ const (
 	sweepSample = 4
 )
 
-// DefaultMaxKeys is the bound on counters of a Store made without
-// WithMaxKeys (SLUICE_MEMORY_MAX_KEYS's default).
+// DefaultMaxKeys is the bound on counters of a Store whose Options leave
+// MaxKeys zero (SLUICE_MEMORY_MAX_KEYS's default).
 const DefaultMaxKeys = 1_000_000
 
 // overflowKey is the key of the overflow counters. Real keys are HMACs in
@@ -102,7 +102,8 @@ type override struct {
 const DefaultSweepInterval = 10 * time.Second
 
 // Options configure a Store. The zero value of every field means its
-// default, as for the other stores' options.
+// default, as for the other stores' options (see limiter.Off for the
+// convention).
 type Options struct {
 	// Now is the store's clock. Default time.Now; tests pass a settable
 	// clock.

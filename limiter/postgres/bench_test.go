@@ -58,11 +58,11 @@ func BenchmarkDecide(b *testing.B) {
 	inFlight := func(n int) func(*postgres.Options) { return func(o *postgres.Options) { o.MaxInFlight = n } }
 	modes := []mode{
 		{"serial/batched", false, func(*postgres.Options) {}},
-		{"serial/unbatched", false, func(o *postgres.Options) { o.Unbatched = true }},
+		{"serial/unbatched", false, func(o *postgres.Options) { o.Batching = postgres.Unbatched }},
 		{"parallel/batched1", true, inFlight(1)},
 		{"parallel/batched2", true, inFlight(2)},
 		{"parallel/batched4", true, inFlight(4)},
-		{"parallel/unbatched", true, func(o *postgres.Options) { o.Unbatched = true }},
+		{"parallel/unbatched", true, func(o *postgres.Options) { o.Batching = postgres.Unbatched }},
 	}
 	for _, rules := range []int{1, 3} {
 		for _, m := range modes {
@@ -200,7 +200,7 @@ func BenchmarkDecideBatch(b *testing.B) {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			db := pgtest.New(b)
 			pool := benchPool(b, db)
-			s := open(b, db, pool, nil, func(o *postgres.Options) { o.Unbatched = true })
+			s := open(b, db, pool, nil, func(o *postgres.Options) { o.Batching = postgres.Unbatched })
 			warm(b, s, len(keys), func(i int) []limiter.Check { return []limiter.Check{{Rule: ip, Key: keys[i]}} })
 			pool.Reset() // one connection from here on
 			var pid int

@@ -27,7 +27,7 @@ type Decision struct {
 
 // Decide decides one request against its checks, as limiter.Store
 // documents, in one statement that it may share with concurrent decisions
-// (see the batcher; Options.Unbatched turns sharing off). When ctx ends
+// (see the batcher; Unbatched turns sharing off). When ctx ends
 // first, Decide returns ctx's error at once; a decision that was already
 // sent may still have been counted, as with any call over a network.
 func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {

@@ -30,7 +30,7 @@ var batchModes = []struct {
 	{"batched", func(*postgres.Options) {}},
 	{"batched4", func(o *postgres.Options) { o.MaxInFlight = 4 }},
 	{"batched4async", func(o *postgres.Options) { o.MaxInFlight, o.AsynchronousCommit = 4, true }},
-	{"unbatched", func(o *postgres.Options) { o.Unbatched = true }},
+	{"unbatched", func(o *postgres.Options) { o.Batching = postgres.Unbatched }},
 }
 
 // TestExactAcrossInstances: 200 concurrent decisions on one key with limit
@@ -534,7 +534,7 @@ func TestExecModes(t *testing.T) {
 				t.Fatalf("pool runs in mode %v, want %v", got, m.want)
 			}
 			clk := newClock(base)
-			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = -1 })
+			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = limiter.Off })
 			ctx := context.Background()
 			rules := []*policy.Rule{fixed(mode+"-f", 3, time.Minute), sliding(mode+"-s", 3, time.Minute, time.Second),
 				resetRule(mode+"-r", 3, time.Minute), token(mode+"-t", 3, time.Minute)}
@@ -585,6 +585,30 @@ func TestProbeUnmigrated(t *testing.T) {
 	}
 	if _, err := postgres.New(db.Pool, postgres.Options{Schema: "Bad"}); err == nil {
 		t.Fatal("New accepted an invalid schema name")
+	}
+}
+
+// TestNewOptions: New takes limiter.Off where an option can be off, and
+// refuses any other negative value of those options and an unknown
+// Batching.
+func TestNewOptions(t *testing.T) {
+	db := pgtest.New(t)
+	off := postgres.Options{CleanupInterval: limiter.Off, CleanupPause: limiter.Off, BatchWait: limiter.Off, Batching: postgres.Unbatched}
+	if _, err := postgres.New(db.Pool, off); err != nil {
+		t.Fatalf("New with every option off: %v", err)
+	}
+	for _, tc := range []struct {
+		opts postgres.Options
+		want string
+	}{
+		{postgres.Options{CleanupInterval: -2}, "CleanupInterval -2ns"},
+		{postgres.Options{CleanupPause: -time.Second}, "CleanupPause -1s"},
+		{postgres.Options{BatchWait: -2}, "BatchWait -2ns"},
+		{postgres.Options{Batching: 2}, "Batching 2"},
+	} {
+		if _, err := postgres.New(db.Pool, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v, want an error naming %q", tc.opts, err, tc.want)
+		}
 	}
 }
 
