@@ -152,17 +152,6 @@ func (m *Metrics) rule(name string) *ruleMetrics {
 	return got.(*ruleMetrics)
 }
 
-// Init creates the series of the named rules at zero, so that rates and
-// alerts see them before their first decision. It is optional.
-func (m *Metrics) Init(rules ...string) {
-	if m == nil {
-		return
-	}
-	for _, r := range rules {
-		m.rule(r)
-	}
-}
-
 func (m *Metrics) decision(rule string, o outcome) {
 	if m != nil {
 		m.rule(rule).outcomes[o].Inc()

@@ -356,15 +356,6 @@ func (s *Store) DeleteOverride(_ context.Context, c limiter.Check) error {
 	return nil
 }
 
-// Override returns key's override under rule, if it has one.
-func (s *Store) Override(rule, key string) (limit int64, window time.Duration, ok bool) {
-	sh := &s.shards[s.shardOf(rule, key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	o, ok := sh.overrides[counterKey{rule, key}]
-	return o.limit, o.window, ok
-}
-
 // Reset deletes c's counter: its next request starts from a full limit.
 func (s *Store) Reset(_ context.Context, c limiter.Check) error {
 	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
