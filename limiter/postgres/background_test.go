@@ -156,8 +156,7 @@ func TestCleanupOneAtATime(t *testing.T) {
 func TestOverrides(t *testing.T) {
 	db := pgtest.New(t)
 	clk := newClock(base)
-	a := open(t, db, nil, clk.Now)
-	b := open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
+	a, b := instance(t, db, clk), instance(t, db, clk)
 	ctx := context.Background()
 	r := fixed("query", 5, time.Minute)
 

@@ -10,10 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func TestErrorKind(t *testing.T) {
@@ -58,16 +60,25 @@ func TestErrorKind(t *testing.T) {
 	}
 }
 
+// oneConnStore opens a store on a fresh schema and a pool of one
+// connection, on the database clock, and decides key k of rule (fixed,
+// 10/1h) once, so that the connection is made and warm.
+func oneConnStore(t *testing.T, rule string) (*postgres.Store, *pgxpool.Pool, *policy.Rule) {
+	t.Helper()
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 1)
+	s := open(t, db, pool, nil)
+	r := fixed(rule, 10, time.Hour)
+	decide(t, s, chk(r, "k"))
+	return s, pool, r
+}
+
 // TestReadOnlyConnectionIsDropped: a decision whose pooled connection's
 // server turned read-only (as a demoted primary's do) is retried once on a
 // fresh connection instead of failing, the pool is reset, and the
 // decision counts once.
 func TestReadOnlyConnectionIsDropped(t *testing.T) {
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed("ro", 10, time.Hour)
-	decide(t, s, chk(r, "k"))
+	s, pool, r := oneConnStore(t, "ro")
 
 	// Make the pool's only connection read-only, as a demotion would.
 	ctx := context.Background()
@@ -102,11 +113,7 @@ func TestReadOnlyConnectionIsDropped(t *testing.T) {
 // TestPreparedStatementHint: the error of a statement that the server does
 // not know says what to put in the connection string.
 func TestPreparedStatementHint(t *testing.T) {
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed("ps", 10, time.Hour)
-	decide(t, s, chk(r, "k"))
+	s, pool, r := oneConnStore(t, "ps")
 	// Forget the statements pgx prepared behind its back, as a
 	// transaction-mode pooler moving the client to another server
 	// connection would.
@@ -126,11 +133,7 @@ func TestPreparedStatementHint(t *testing.T) {
 // TestPoolAcquireBounded: with every pooled connection busy, a decision
 // waits for one no longer than its context allows, and says it timed out.
 func TestPoolAcquireBounded(t *testing.T) {
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed("busy", 10, time.Hour)
-	decide(t, s, chk(r, "k"))
+	s, pool, r := oneConnStore(t, "busy")
 
 	conn, err := pool.Acquire(context.Background()) // the pool's only connection
 	if err != nil {

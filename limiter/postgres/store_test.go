@@ -429,55 +429,22 @@ func TestRowDeletedUnderDecision(t *testing.T) {
 	decide(t, s, chk(r, "k"))
 	ctx := context.Background()
 
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+counters+" WHERE rule = 'r' AND key = 'k' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		ok  bool
-		res limiter.Result
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res := make([]limiter.Result, 1)
-		ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
-		done <- answer{ok, res[0], err}
-	}()
+	tx := counterTx(t, db, "SELECT 1 FROM %s WHERE rule = 'r' AND key = 'k' FOR UPDATE")
+	done := decideAsync(ctx, s, chk(r, "k"))
 	// Wait until the decision waits for our row lock, then delete the row.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		// Only this test's schema: other packages' tests may share the server.
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the decision never waited for the row lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+counters+" WHERE rule = 'r' AND key = 'k'"); err != nil {
+	waitLockWaits(t, db, 1)
+	if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+" WHERE rule = 'r' AND key = 'k'"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := <-done
+	a := receive(t, done)
 	if a.err != nil {
 		t.Fatalf("Decide after the row vanished: %v", a.err)
 	}
-	if !a.ok || a.res.Remaining != 4 {
-		t.Errorf("Decide after the row vanished: allowed=%v remaining=%d, want a fresh counter (4)", a.ok, a.res.Remaining)
+	if !a.ok || a.res[0].Remaining != 4 {
+		t.Errorf("Decide after the row vanished: allowed=%v remaining=%d, want a fresh counter (4)", a.ok, a.res[0].Remaining)
 	}
 }
 
@@ -695,61 +662,26 @@ func TestNewKeyRace(t *testing.T) {
 	ctx := context.Background()
 	x := fixed("x", 10, time.Minute)
 	k := fixed("k", 10, time.Minute)
-	stores := []*postgres.Store{
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-	}
+	stores := []*postgres.Store{instance(t, db, clk), instance(t, db, clk)}
 	decide(t, stores[0], chk(x, "x")) // x exists, k does not
 
 	// Hold x, so that both decisions find k missing, then wait for x.
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+counters+" WHERE rule = 'x' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		ok  bool
-		err error
-	}
-	done := make(chan answer, 2)
+	tx := counterTx(t, db, "SELECT 1 FROM %s WHERE rule = 'x' FOR UPDATE")
+	var done []<-chan answer
 	for _, s := range stores {
-		go func() {
-			res := make([]limiter.Result, 2)
-			ok, err := s.Decide(ctx, []limiter.Check{chk(k, "new"), chk(x, "x")}, res)
-			done <- answer{ok, err}
-		}()
+		done = append(done, decideAsync(ctx, s, chk(k, "new"), chk(x, "x")))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		// Only this test's schema: other packages' tests may share the server.
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the decisions never both waited for the row lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLockWaits(t, db, 2)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if a := <-done; a.err != nil || !a.ok {
+	for _, ch := range done {
+		if a := receive(t, ch); a.err != nil || !a.ok {
 			t.Fatalf("decision = %+v", a)
 		}
 	}
-	statements := stores[0].BatchStats().Statements + stores[1].BatchStats().Statements
-	if statements != 1+2 { // the set-up and the two decisions
-		t.Errorf("%d statements, want 3: no decision needed a second attempt", statements)
+	if n := statements(stores...); n != 1+2 { // the set-up and the two decisions
+		t.Errorf("%d statements, want 3: no decision needed a second attempt", n)
 	}
 	for _, c := range []struct {
 		r    *policy.Rule
@@ -775,61 +707,24 @@ func TestNewHotKeyWaits(t *testing.T) {
 	clk := newClock(base)
 	ctx := context.Background()
 	hot := fixed("hot", 10, time.Minute)
-	stores := []*postgres.Store{
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-	}
+	stores := []*postgres.Store{instance(t, db, clk), instance(t, db, clk), instance(t, db, clk)}
 	// Another gateway is creating the counter: its insert is not committed.
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
-	if _, err := tx.Exec(ctx, "INSERT INTO "+counters+" (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')"); err != nil {
-		t.Fatal(err)
-	}
-	before := uint64(0)
+	tx := counterTx(t, db, "INSERT INTO %s (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')")
+	before := statements(stores...)
+	var done []<-chan answer
 	for _, s := range stores {
-		before += s.BatchStats().Statements
+		done = append(done, decideAsync(ctx, s, chk(hot, "k")))
 	}
-	done := make(chan error, len(stores))
-	for _, s := range stores {
-		go func() {
-			res := make([]limiter.Result, 1)
-			_, err := s.Decide(ctx, []limiter.Check{chk(hot, "k")}, res)
-			done <- err
-		}()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == len(stores) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d decisions wait for the new key's creator", waiting, len(stores))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLockWaits(t, db, len(stores)) // all wait for the new key's creator
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range stores {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+	for _, ch := range done {
+		if a := receive(t, ch); a.err != nil {
+			t.Fatal(a.err)
 		}
 	}
-	after := uint64(0)
-	for _, s := range stores {
-		after += s.BatchStats().Statements
-	}
-	if n := after - before; n != uint64(len(stores)) {
+	if n := statements(stores...) - before; n != uint64(len(stores)) {
 		t.Errorf("%d statements for %d decisions: some failed on the new key's lock and were sent again", n, len(stores))
 	}
 	res, err := stores[0].Peek(ctx, chk(hot, "k"))
