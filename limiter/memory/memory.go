@@ -336,35 +336,31 @@ func (s *Store) SetOverride(_ context.Context, c limiter.Check, limit int64, win
 	if err := limiter.ValidateOverride(c.Rule, limit, window); err != nil {
 		return err
 	}
-	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
-	sh.mu.Lock()
-	sh.overrides[counterKey{c.Rule.Name, c.Key}] = override{limit: limit, window: window}
-	at := s.now()
-	sh.mu.Unlock()
-	s.forget(c.Rule.Name, c.Key, at)
+	s.change(c, func(sh *shard, ck counterKey) { sh.overrides[ck] = override{limit: limit, window: window} })
 	return nil
 }
 
 // DeleteOverride returns c's key to its rule's own limit.
 func (s *Store) DeleteOverride(_ context.Context, c limiter.Check) error {
-	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
-	sh.mu.Lock()
-	delete(sh.overrides, counterKey{c.Rule.Name, c.Key})
-	at := s.now()
-	sh.mu.Unlock()
-	s.forget(c.Rule.Name, c.Key, at)
+	s.change(c, func(sh *shard, ck counterKey) { delete(sh.overrides, ck) })
 	return nil
 }
 
 // Reset deletes c's counter: its next request starts from a full limit.
 func (s *Store) Reset(_ context.Context, c limiter.Check) error {
+	s.change(c, s.drop)
+	return nil
+}
+
+// change applies f to c's counter key in its shard, under the shard's
+// lock, and then tells Forget of the change, with the store's time of it.
+func (s *Store) change(c limiter.Check, f func(sh *shard, ck counterKey)) {
 	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
 	sh.mu.Lock()
-	s.drop(sh, counterKey{c.Rule.Name, c.Key})
+	f(sh, counterKey{c.Rule.Name, c.Key})
 	at := s.now()
 	sh.mu.Unlock()
 	s.forget(c.Rule.Name, c.Key, at)
-	return nil
 }
 
 // drop deletes the counter ck of sh, if any. The caller holds sh.mu.

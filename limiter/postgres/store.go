@@ -25,6 +25,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -197,40 +198,27 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.DecisionTimeout <= 0 {
-		o.DecisionTimeout = DefaultDecisionTimeout
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	if o.CleanupInterval == 0 {
-		o.CleanupInterval = DefaultCleanupInterval
-	}
-	if o.CleanupBatch <= 0 {
-		o.CleanupBatch = DefaultCleanupBatch
-	}
-	if o.CleanupMaxBatches <= 0 {
-		o.CleanupMaxBatches = DefaultCleanupMaxBatches
-	}
-	if o.CleanupPause == 0 {
-		o.CleanupPause = DefaultCleanupPause
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = DefaultMaxInFlight
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = DefaultMaxBatch
-	}
-	if o.MaxQueued <= 0 {
-		o.MaxQueued = DefaultMaxQueued
-	}
-	if o.StatementTimeout <= 0 {
-		o.StatementTimeout = DefaultStatementTimeout
-	}
-	if o.BatchWait == 0 {
-		o.BatchWait = DefaultBatchWait
-	}
+	o.DecisionTimeout = positiveOr(o.DecisionTimeout, DefaultDecisionTimeout)
+	o.PollInterval = positiveOr(o.PollInterval, DefaultPollInterval)
+	o.CleanupInterval = cmp.Or(o.CleanupInterval, DefaultCleanupInterval) // Off stays off
+	o.CleanupBatch = positiveOr(o.CleanupBatch, DefaultCleanupBatch)
+	o.CleanupMaxBatches = positiveOr(o.CleanupMaxBatches, DefaultCleanupMaxBatches)
+	o.CleanupPause = cmp.Or(o.CleanupPause, DefaultCleanupPause)
+	o.MaxInFlight = positiveOr(o.MaxInFlight, DefaultMaxInFlight)
+	o.MaxBatch = positiveOr(o.MaxBatch, DefaultMaxBatch)
+	o.MaxQueued = positiveOr(o.MaxQueued, DefaultMaxQueued)
+	o.StatementTimeout = positiveOr(o.StatementTimeout, DefaultStatementTimeout)
+	o.BatchWait = cmp.Or(o.BatchWait, DefaultBatchWait)
 	return o, nil
+}
+
+// positiveOr returns v if it is positive, else def: the default of a field
+// that cannot be off.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // Store is the Postgres limiter.Store. It is safe for simultaneous use by
