@@ -707,47 +707,41 @@ func BenchmarkLimiterDecide(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%064x", i)
 	}
-	b.Run("miss", func(b *testing.B) {
-		f := newFixture(b, func(c *limiter.Config) {
-			c.Store = memory.New(memory.Options{})
-			c.Now = time.Now
-		})
-		r := &policy.Rule{Name: "r", Limit: 1 << 40, Window: time.Minute, Cost: 1}
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			var o limiter.Outcome
-			cs := make([]limiter.Check, 1)
-			i := 0
-			for pb.Next() {
-				cs[0] = chk(r, keys[i%len(keys)])
-				i++
-				f.limiter.DecideInto(context.Background(), cs, &o)
+	for _, bc := range []struct {
+		name      string
+		cacheSize int
+		rule      *policy.Rule
+		prime     bool // decide each key twice first, which puts it over its limit
+	}{
+		{"miss", 100, &policy.Rule{Name: "r", Limit: 1 << 40, Window: time.Minute, Cost: 1}, false},
+		{"hit", 10000, &policy.Rule{Name: "r", Limit: 1, Window: time.Hour, Cost: 1}, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			f := newFixture(b, func(c *limiter.Config) {
+				c.Store = memory.New(memory.Options{})
+				c.Now = time.Now
+				c.CacheSize = bc.cacheSize
+			})
+			r := bc.rule
+			for _, k := range keys {
+				if bc.prime {
+					f.limiter.Decide(context.Background(), []limiter.Check{chk(r, k)})
+					f.limiter.Decide(context.Background(), []limiter.Check{chk(r, k)})
+				}
 			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var o limiter.Outcome
+				cs := make([]limiter.Check, 1)
+				i := 0
+				for pb.Next() {
+					cs[0] = chk(r, keys[i%len(keys)])
+					i++
+					f.limiter.DecideInto(context.Background(), cs, &o)
+				}
+			})
 		})
-	})
-	b.Run("hit", func(b *testing.B) {
-		f := newFixture(b, func(c *limiter.Config) {
-			c.Store = memory.New(memory.Options{})
-			c.Now = time.Now
-			c.CacheSize = 10000
-		})
-		r := &policy.Rule{Name: "r", Limit: 1, Window: time.Hour, Cost: 1}
-		for _, k := range keys {
-			f.limiter.Decide(context.Background(), []limiter.Check{chk(r, k)})
-			f.limiter.Decide(context.Background(), []limiter.Check{chk(r, k)})
-		}
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			var o limiter.Outcome
-			cs := make([]limiter.Check, 1)
-			i := 0
-			for pb.Next() {
-				cs[0] = chk(r, keys[i%len(keys)])
-				i++
-				f.limiter.DecideInto(context.Background(), cs, &o)
-			}
-		})
-	})
+	}
 }
 
 func TestMetricsInit(t *testing.T) {

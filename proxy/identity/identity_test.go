@@ -35,16 +35,7 @@ func TestHeader(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, found, err := Header(tt.h, "X-Tenant-Id")
-			if tt.err {
-				expectError(t, err, "acme", "evil")
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error %v", err)
-			}
-			if got != tt.want || found != (tt.want != "") {
-				t.Errorf("got %q, %v; want %q", got, found, tt.want)
-			}
+			expectLookup(t, got, found, err, tt.want, tt.err, "acme", "evil")
 		})
 	}
 }
