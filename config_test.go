@@ -251,29 +251,20 @@ func TestLoadListsEveryProblem(t *testing.T) {
 // TestLoadAdminListen: the admin API may listen on loopback without a
 // token; anywhere else it needs one.
 func TestLoadAdminListen(t *testing.T) {
-	for _, tc := range []struct {
-		listen, token string
-		ok            bool
-	}{
-		{"127.0.0.1:9090", "", true},
-		{"127.0.0.2:9090", "", true},
-		{"[::1]:9090", "", true},
-		{"[::ffff:127.0.0.1]:9090", "", true},
-		{"localhost:9090", "", true},
-		{"0.0.0.0:9090", "", false},
-		{":9090", "", false},
-		{"[::]:9090", "", false},
-		{"10.0.0.5:9090", "", false},
-		{"admin.internal:9090", "", false},
-		{"0.0.0.0:9090", "tok", true},
-		{":9090", "tok", true},
-	} {
+	expect := func(listen, token string, ok bool) {
+		t.Helper()
 		env := base()
-		env["SLUICE_ADMIN_LISTEN"], env["SLUICE_ADMIN_TOKEN"] = tc.listen, tc.token
-		_, err := load(env)
-		if (err == nil) != tc.ok {
-			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", tc.listen, tc.token, err, tc.ok)
+		env["SLUICE_ADMIN_LISTEN"], env["SLUICE_ADMIN_TOKEN"] = listen, token
+		if _, err := load(env); (err == nil) != ok {
+			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", listen, token, err, ok)
 		}
+	}
+	for _, loopback := range []string{"127.0.0.1:9090", "127.0.0.2:9090", "[::1]:9090", "[::ffff:127.0.0.1]:9090", "localhost:9090"} {
+		expect(loopback, "", true)
+	}
+	for _, network := range []string{"0.0.0.0:9090", ":9090", "[::]:9090", "10.0.0.5:9090", "admin.internal:9090"} {
+		expect(network, "", false)
+		expect(network, "tok", true)
 	}
 	// check-config reports it like every other problem.
 	env := base()

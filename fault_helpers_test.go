@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // faultRules are the rules of the fault tests: one per fail mode, each on
@@ -144,22 +145,8 @@ func (g *faultGateway) metrics(t *testing.T) map[string]float64 {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	m := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
+	m, err := proctest.ParseMetrics(res.Body)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return m

@@ -1,0 +1,112 @@
+// Package proctest is test support for the tests that run programs (the
+// sluice binary, PostgreSQL, PgBouncer): free loopback ports, a buffer for
+// a child's output, starting a child that dies with the test and stopping
+// it, waiting for a port to accept, and reading a Prometheus exposition.
+package proctest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// FreePort returns a loopback port that nothing listens on now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// FreeAddr returns 127.0.0.1:port for a FreePort.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+}
+
+// Buffer is a bytes.Buffer safe for a process's two output streams and a
+// reader.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Stop sends cmd, started by StartChild, SIGTERM and waits up to grace for
+// exited to be closed; after that it kills cmd and waits for it. It
+// reports whether cmd exited within grace.
+func Stop(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) bool {
+	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
+	select {
+	case <-exited:
+		return true
+	case <-time.After(grace):
+		cmd.Process.Kill() //nolint:errcheck
+		<-exited
+		return false
+	}
+}
+
+// Accepts waits until addr accepts a TCP connection and reports whether it
+// did before limit passed or exited was closed. A port opening is an
+// external event: Accepts polls it, every poll.
+func Accepts(addr string, exited <-chan struct{}, limit, poll time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return true
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(poll):
+		}
+	}
+	return false
+}
+
+// ParseMetrics reads a Prometheus text exposition into series → value,
+// each series written as in the exposition, e.g.
+// sluice_store_errors_total{kind="timeout"}.
+func ParseMetrics(r io.Reader) (map[string]float64, error) {
+	m := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %v", line, err)
+		}
+		m[line[:i]] = v
+	}
+	return m, sc.Err()
+}
