@@ -109,58 +109,39 @@ func faultRounds(t *testing.T, gws, busy []*faultGateway, callers int, ready tim
 // with its breaker: a sample whose breaker state did not change while
 // /readyz was asked must see 200 exactly when the breaker is closed.
 type readinessWatch struct {
-	stop    chan struct{}
-	done    sync.WaitGroup
+	loops
 	samples atomic.Int64
-	mu      sync.Mutex
-	bad     []string
 }
 
 func watchReadiness(gws []*faultGateway) *readinessWatch {
-	w := &readinessWatch{stop: make(chan struct{})}
+	w := &readinessWatch{loops: newLoops(10)}
 	for i, g := range gws {
-		w.done.Go(func() {
-			for {
-				select {
-				case <-w.stop:
-					return
-				default:
-				}
-				before := g.g.backend.breaker.State()
-				res, err := faultClient.Get(g.admin + "/readyz")
-				if err != nil {
-					w.fail(fmt.Sprintf("gateway %d: %v", i, err))
-					return
-				}
-				res.Body.Close()
-				after := g.g.backend.breaker.State()
-				if before == after {
-					w.samples.Add(1)
-					if ready := res.StatusCode == http.StatusOK; ready != (before == limiter.BreakerClosed) {
-						w.fail(fmt.Sprintf("gateway %d: /readyz %d with the breaker %v", i, res.StatusCode, before))
-					}
-				}
-				time.Sleep(2 * time.Millisecond)
+		w.loop(func() bool {
+			before := g.g.backend.breaker.State()
+			res, err := faultClient.Get(g.admin + "/readyz")
+			if err != nil {
+				w.fail(fmt.Sprintf("gateway %d: %v", i, err))
+				return false
 			}
+			res.Body.Close()
+			after := g.g.backend.breaker.State()
+			if before == after {
+				w.samples.Add(1)
+				if ready := res.StatusCode == http.StatusOK; ready != (before == limiter.BreakerClosed) {
+					w.fail(fmt.Sprintf("gateway %d: /readyz %d with the breaker %v", i, res.StatusCode, before))
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+			return true
 		})
 	}
 	return w
 }
 
-func (w *readinessWatch) fail(s string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.bad) < 10 {
-		w.bad = append(w.bad, s)
-	}
-}
-
 func (w *readinessWatch) check(t *testing.T) {
 	t.Helper()
-	close(w.stop)
-	w.done.Wait()
-	if len(w.bad) > 0 {
-		t.Errorf("/readyz and the breaker disagreed: %v", w.bad)
+	if bad := w.loops.stop(); len(bad) > 0 {
+		t.Errorf("/readyz and the breaker disagreed: %v", bad)
 	}
 	t.Logf("/readyz agreed with the breaker in %d samples", w.samples.Load())
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -73,13 +72,5 @@ func startSluice(t testing.TB, env map[string]string) *process {
 // written as in the exposition, e.g. sluice_store_errors_total{kind="timeout"}.
 func scrape(t testing.TB, url string) map[string]float64 {
 	t.Helper()
-	code, body := httpGet(url)
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, code, body)
-	}
-	m, err := proctest.ParseMetrics(strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return proctest.Scrape(t, client, url)
 }

@@ -418,10 +418,7 @@ t: get,HEAD /API/Caf%C3%A9/a%2520b/* by header(x-key) 10/90s token burst=30 cost
 e: POST /x%3Fy%23z%25 by email(user_name) 3/1d reset
 u: * /* by tenant(X-Org) 1/1s
 `
-	p, err := Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustParse(t, src)
 	for _, r := range p.Rules() {
 		q, err := Parse(r.String())
 		if err != nil {

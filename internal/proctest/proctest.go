@@ -1,18 +1,15 @@
 // Package proctest is test support for the tests that run programs (the
 // sluice binary, PostgreSQL, PgBouncer): free loopback ports, a buffer for
 // a child's output, starting a child that dies with the test and stopping
-// it, waiting for a port to accept, and reading a Prometheus exposition.
+// it, waiting for a port to accept, reading a Prometheus exposition, and
+// small HTTP calls.
 package proctest
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -87,26 +84,4 @@ func Accepts(addr string, exited <-chan struct{}, limit, poll time.Duration) boo
 		}
 	}
 	return false
-}
-
-// ParseMetrics reads a Prometheus text exposition into series → value,
-// each series written as in the exposition, e.g.
-// sluice_store_errors_total{kind="timeout"}.
-func ParseMetrics(r io.Reader) (map[string]float64, error) {
-	m := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	return m, sc.Err()
 }

@@ -101,6 +101,17 @@ func (g *gate) hold(ctx context.Context) {
 	}
 }
 
+// passOn lets the held statement go, receives the answer of its decision
+// held, and waits until the statement of the decisions queued behind it is
+// held in its place.
+func (g *gate) passOn(t *testing.T, held <-chan answer) {
+	t.Helper()
+	n := g.entered.Load() + 1
+	g.let(1)
+	receive(t, held)
+	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == n })
+}
+
 // noneCancelled fails t if a statement was let go because its context
 // ended.
 func (g *gate) noneCancelled(t *testing.T, why string) {
@@ -199,13 +210,13 @@ func TestIdleDecisionGoesAtOnce(t *testing.T) {
 func TestBurstSharesStatements(t *testing.T) {
 	const decisions, limit, slots = 200, 5, 2
 	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.Name, func(t *testing.T) {
 			db := pgtest.New(t)
 			g := newGate()
 			tr := &tracer{onDecide: g.hold}
 			s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now,
 				func(o *postgres.Options) { o.MaxInFlight = slots })
-			r := a.make("hot", limit+1, time.Hour)
+			r := a.Make("hot", limit+1, time.Hour)
 			// The key exists already: two statements that both create a
 			// key make one of them retry (see TestNewKeyRace).
 			obs := open(t, db, nil, newClock(base).Now)
@@ -466,9 +477,7 @@ func TestSentDecisionCancelled(t *testing.T) {
 	eventually(t, "the first decision queues", func() bool { return s.BatchStats().Queued == 1 })
 	stays := decideAsync(context.Background(), s, chk(r, "k"))
 	eventually(t, "the second decision queues", func() bool { return s.BatchStats().Queued == 2 })
-	g.let(1)
-	receive(t, first)
-	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == 2 })
+	g.passOn(t, first)
 	cancel()
 	expectCanceled(t, gaveUp)
 	g.noneCancelled(t, "although a decision still waits for it")
@@ -486,9 +495,7 @@ func TestSentDecisionCancelled(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	alone := decideAsync(ctx, s, chk(r, "k"))
 	eventually(t, "the decision queues", func() bool { return s.BatchStats().Queued == 1 })
-	g.let(1)
-	receive(t, head)
-	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == 4 })
+	g.passOn(t, head)
 	cancel()
 	expectCanceled(t, alone)
 	g.let(1)

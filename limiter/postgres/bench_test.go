@@ -77,25 +77,32 @@ func BenchmarkDecide(b *testing.B) {
 				xacts := committed(b, db.Pool)
 				b.ReportAllocs()
 				b.ResetTimer()
+				// decider returns a maker of the next decision, with
+				// buffers of its own.
+				decider := func() func() error {
+					res := make([]limiter.Result, rules)
+					var cs []limiter.Check
+					return func() error {
+						cs = checks(cs, rules, seq.Add(1))
+						_, err := s.Decide(ctx, cs, res)
+						return err
+					}
+				}
 				if m.parallel {
 					b.SetParallelism(32)
 					b.RunParallel(func(pb *testing.PB) {
-						res := make([]limiter.Result, rules)
-						var cs []limiter.Check
+						next := decider()
 						for pb.Next() {
-							cs = checks(cs, rules, seq.Add(1))
-							if _, err := s.Decide(ctx, cs, res); err != nil {
+							if err := next(); err != nil {
 								b.Error(err)
 								return
 							}
 						}
 					})
 				} else {
-					res := make([]limiter.Result, rules)
-					var cs []limiter.Check
+					next := decider()
 					for b.Loop() {
-						cs = checks(cs, rules, seq.Add(1))
-						if _, err := s.Decide(ctx, cs, res); err != nil {
+						if err := next(); err != nil {
 							b.Fatal(err)
 						}
 					}

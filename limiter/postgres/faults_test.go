@@ -10,12 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
-	"github.com/sluicehq/sluice/migrations/pgtest"
-	"github.com/sluicehq/sluice/policy"
 )
 
 func TestErrorKind(t *testing.T) {
@@ -58,19 +55,6 @@ func TestErrorKind(t *testing.T) {
 			t.Errorf("%s: ErrorKind(%v) = %q, want %q", tt.name, tt.err, got, tt.want)
 		}
 	}
-}
-
-// oneConnStore opens a store on a fresh schema and a pool of one
-// connection, on the database clock, and decides key k of rule (fixed,
-// 10/1h) once, so that the connection is made and warm.
-func oneConnStore(t *testing.T, rule string) (*postgres.Store, *pgxpool.Pool, *policy.Rule) {
-	t.Helper()
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed(rule, 10, time.Hour)
-	decide(t, s, chk(r, "k"))
-	return s, pool, r
 }
 
 // TestReadOnlyConnectionIsDropped: a decision whose pooled connection's

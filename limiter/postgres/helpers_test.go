@@ -59,6 +59,19 @@ func instance(t *testing.T, db *pgtest.DB, clk *storetest.Clock) *postgres.Store
 	return open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
 }
 
+// oneConnStore opens a store on a fresh schema and a pool of one
+// connection, on the database clock, and decides key k of rule (fixed,
+// 10/1h) once, so that the connection is made and warm.
+func oneConnStore(t *testing.T, rule string) (*postgres.Store, *pgxpool.Pool, *policy.Rule) {
+	t.Helper()
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 1)
+	s := open(t, db, pool, nil)
+	r := fixed(rule, 10, time.Hour)
+	decide(t, s, chk(r, "k"))
+	return s, pool, r
+}
+
 // The rule builders are the conformance suite's, so that every test of a
 // store builds its rules one way.
 var (
@@ -73,15 +86,7 @@ func token(name string, limit int64, window time.Duration) *policy.Rule {
 }
 
 // algos makes one rule of each algorithm.
-var algos = []struct {
-	name string
-	make func(name string, limit int64, window time.Duration) *policy.Rule
-}{
-	{"fixed", fixed},
-	{"reset", resetRule},
-	{"sliding", func(n string, l int64, w time.Duration) *policy.Rule { return sliding(n, l, w, time.Second) }},
-	{"token", token},
-}
+var algos = storetest.Algos
 
 func chk(r *policy.Rule, key string) limiter.Check { return limiter.Check{Rule: r, Key: key} }
 

@@ -42,18 +42,18 @@ func TestExactAcrossInstances(t *testing.T) {
 	for _, mode := range batchModes {
 		for _, dbClock := range []bool{false, true} {
 			for _, a := range algos {
-				if dbClock && a.name == "fixed" {
+				if dbClock && a.Name == "fixed" {
 					continue // a day-aligned window could roll over mid-test on the real clock
 				}
 				if dbClock && mode.name != "batched" {
 					continue // the clock is the database's business, whatever the mode
 				}
-				name := mode.name + "/" + a.name
+				name := mode.name + "/" + a.Name
 				if dbClock {
 					name += "/dbclock"
 				}
 				t.Run(name, func(t *testing.T) {
-					testExact(t, goroutines, limit, instances, a.make, dbClock, mode.set)
+					testExact(t, goroutines, limit, instances, a.Make, dbClock, mode.set)
 				})
 			}
 		}
@@ -224,10 +224,10 @@ func testOppositeOrders(t *testing.T, batched bool, mode func(*postgres.Options)
 // new Store, same schema).
 func TestDurability(t *testing.T) {
 	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.Name, func(t *testing.T) {
 			db := pgtest.New(t)
 			clk := newClock(base.Add(time.Minute))
-			r := a.make("login", 3, 15*time.Minute)
+			r := a.Make("login", 3, 15*time.Minute)
 
 			pool := pgtest.NewPool(t, db.URL, 2)
 			s := open(t, db, pool, clk.Now)
@@ -253,11 +253,11 @@ func TestDurability(t *testing.T) {
 // not; the database's clock is moved through Options.Now.
 func TestRetryAfterWholeSeconds(t *testing.T) {
 	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.Name, func(t *testing.T) {
 			db := pgtest.New(t)
 			clk := newClock(base.Add(10*time.Second + 300*time.Millisecond))
 			s := open(t, db, nil, clk.Now)
-			r := a.make("login", 2, time.Minute)
+			r := a.Make("login", 2, time.Minute)
 			decide(t, s, chk(r, "k"))
 			decide(t, s, chk(r, "k"))
 			ok, res := decide(t, s, chk(r, "k"))
@@ -479,26 +479,24 @@ func TestResetUnderLoad(t *testing.T) {
 // those a transaction-mode pooler needs, chosen in the connection string.
 func TestExecModes(t *testing.T) {
 	db := pgtest.New(t)
-	modes := []struct {
-		name string
-		want pgx.QueryExecMode
-	}{
-		{"cache_statement", pgx.QueryExecModeCacheStatement},
-		{"cache_describe", pgx.QueryExecModeCacheDescribe},
-		{"describe_exec", pgx.QueryExecModeDescribeExec},
-		{"exec", pgx.QueryExecModeExec},
-		{"simple_protocol", pgx.QueryExecModeSimpleProtocol},
+	// default_query_exec_mode in the connection string, and the mode it
+	// chooses.
+	modes := map[string]pgx.QueryExecMode{
+		"cache_statement": pgx.QueryExecModeCacheStatement,
+		"cache_describe":  pgx.QueryExecModeCacheDescribe,
+		"describe_exec":   pgx.QueryExecModeDescribeExec,
+		"exec":            pgx.QueryExecModeExec,
+		"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 	}
-	for _, m := range modes {
-		mode := m.name
+	for mode, want := range modes {
 		t.Run(mode, func(t *testing.T) {
 			sep := "?"
 			if strings.Contains(db.URL, "?") {
 				sep = "&"
 			}
 			pool := pgtest.NewPool(t, db.URL+sep+"default_query_exec_mode="+mode, 2)
-			if got := pool.Config().ConnConfig.DefaultQueryExecMode; got != m.want {
-				t.Fatalf("pool runs in mode %v, want %v", got, m.want)
+			if got := pool.Config().ConnConfig.DefaultQueryExecMode; got != want {
+				t.Fatalf("pool runs in mode %v, want %v", got, want)
 			}
 			clk := newClock(base)
 			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = limiter.Off })
