@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // TestAccessLog: with SLUICE_ACCESS_LOG=true every request gets one JSON
@@ -35,7 +37,7 @@ func TestAccessLog(t *testing.T) {
 	env["SLUICE_ACCESS_LOG"] = "true"
 	env["SLUICE_TRUSTED_PROXIES"] = "127.0.0.1/32"
 	env["SLUICE_RULES"] = "login: POST /api/login by ip 1/1h; reset: POST /api/reset by email 5/1h; q: GET /api/q by tenant 5/1h"
-	var out lockedBuffer
+	var out proctest.Buffer
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&out), zapcore.InfoLevel))
 	_, g := serveGateway(t, env, log, nil)
 
@@ -179,7 +181,7 @@ func TestAccessLogLogger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out proctest.Buffer
 	log := buildLogger(cfg, zapcore.AddSync(&out))
 	access := log.Named(accessLoggerName)
 	for i := range 500 {
@@ -201,7 +203,7 @@ func TestAccessLogLogger(t *testing.T) {
 	if cfg, err = load(env); err != nil {
 		t.Fatal(err)
 	}
-	var off lockedBuffer
+	var off proctest.Buffer
 	buildLogger(cfg, zapcore.AddSync(&off)).Named(accessLoggerName).Info("request")
 	if off.String() != "" {
 		t.Errorf("with the access log off, its logger wrote: %s", off.String())

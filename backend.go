@@ -70,7 +70,7 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		Breaker:            breaker,
 		DecisionTimeout:    cfg.DBTimeout,
 		Forget:             forget,
-		Unbatched:          !cfg.DBBatch,
+		Batching:           batching(cfg),
 		BatchWait:          batchWait(cfg),
 		AsynchronousCommit: cfg.DBSyncCommit == "off",
 	}
@@ -151,12 +151,27 @@ func openPool(cfg *config, opts *postgres.Options) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// batching is the store's Batching: SLUICE_DB_BATCH.
+func batching(cfg *config) postgres.Batching {
+	if cfg.DBBatch {
+		return postgres.Batched
+	}
+	return postgres.Unbatched
+}
+
 // batchWait is the store's BatchWait: SLUICE_DB_BATCH_WAIT, but at most a
 // quarter of SLUICE_DB_TIMEOUT, so that gathering never spends the time a
 // decision has; 0 turns gathering off.
 func batchWait(cfg *config) time.Duration {
-	if w := min(cfg.DBBatchWait, cfg.DBTimeout/4); w > 0 {
-		return w
+	return orOff(min(cfg.DBBatchWait, cfg.DBTimeout/4))
+}
+
+// orOff turns a setting whose 0 means off (the environment's convention)
+// into an option whose zero means its default (the packages' convention):
+// 0, or less, becomes limiter.Off.
+func orOff[T ~int | ~int64](v T) T {
+	if v <= 0 {
+		return limiter.Off
 	}
-	return -1 // the store reads 0 as its default
+	return v
 }

@@ -98,11 +98,7 @@ func load(environ map[string]string) (*config, error) {
 	} else {
 		c.upstream = u
 	}
-	if routes, err := proxy.ParseRoutes(s.Routes); err != nil {
-		problems = append(problems, "SLUICE_ROUTES: "+err.Error())
-	} else {
-		c.routes = routes
-	}
+	c.routes = parse(&problems, "SLUICE_ROUTES", proxy.ParseRoutes, s.Routes)
 
 	for _, l := range []struct{ name, addr string }{
 		{"SLUICE_LISTEN", s.Listen},
@@ -147,11 +143,7 @@ func load(environ map[string]string) (*config, error) {
 		c.policy = p
 	}
 
-	if tp, err := identity.ParseTrustedProxies(s.TrustedProxies); err != nil {
-		problems = append(problems, "SLUICE_TRUSTED_PROXIES: "+err.Error())
-	} else {
-		c.trusted = tp
-	}
+	c.trusted = parse(&problems, "SLUICE_TRUSTED_PROXIES", identity.ParseTrustedProxies, s.TrustedProxies)
 
 	switch s.FailMode {
 	case "open":
@@ -201,11 +193,7 @@ func load(environ map[string]string) (*config, error) {
 		problems = append(problems, fmt.Sprintf("SLUICE_WRITE_TIMEOUT: must be 0 (never cut a response) or more, got %s", s.WriteTimeout))
 	}
 	c.timeouts = proxy.Timeouts{ReadHeader: s.ReadHeaderTimeout, Read: s.ReadTimeout, Idle: s.IdleTimeout, Write: s.WriteTimeout, Upstream: s.UpstreamTimeout}
-	if h, err := proxy.ParseHeaderFamilies(s.Headers); err != nil {
-		problems = append(problems, "SLUICE_HEADERS: "+err.Error())
-	} else {
-		c.headers = h
-	}
+	c.headers = parse(&problems, "SLUICE_HEADERS", proxy.ParseHeaderFamilies, s.Headers)
 	if lvl, err := zapcore.ParseLevel(s.LogLevel); err != nil {
 		problems = append(problems, fmt.Sprintf("SLUICE_LOG_LEVEL: expected debug, info, warn or error, got %q", s.LogLevel))
 	} else {
@@ -219,6 +207,18 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// parse returns what f makes of the value of the variable name, or, when f
+// fails, the zero value with the problem "name: error" added to problems.
+func parse[T any](problems *[]string, name string, f func(string) (T, error), value string) T {
+	v, err := f(value)
+	if err != nil {
+		*problems = append(*problems, name+": "+err.Error())
+		var zero T
+		return zero
+	}
+	return v
 }
 
 // isLoopback reports whether a listen host only accepts connections from

@@ -18,6 +18,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/memory"
+	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -55,6 +58,33 @@ func TestLoadDatabaseDefaults(t *testing.T) {
 	}
 }
 
+// TestDefaultsAgree: a setting's default (its envDefault tag, which --help
+// prints) and the default of the option it sets (a package constant, which
+// the packages' callers and tests get from a zero value) are one value.
+func TestDefaultsAgree(t *testing.T) {
+	c, err := load(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		setting   string
+		got, want any
+	}{
+		{"SLUICE_DB_SCHEMA", c.DBSchema, postgres.DefaultSchema},
+		{"SLUICE_DB_TIMEOUT", c.DBTimeout, limiter.DefaultTimeout},
+		{"SLUICE_DB_TIMEOUT", c.DBTimeout, postgres.DefaultDecisionTimeout},
+		{"SLUICE_DB_BATCH", batching(c), postgres.Batching(0)},
+		{"SLUICE_DB_BATCH_WAIT", c.DBBatchWait, postgres.DefaultBatchWait},
+		{"SLUICE_LOCAL_CACHE_SIZE", c.LocalCacheSize, limiter.DefaultCacheSize},
+		{"SLUICE_MEMORY_MAX_KEYS", c.MemoryMaxKeys, memory.DefaultMaxKeys},
+		{"SLUICE_FAIL_MODE", c.failMode, policy.FailLocal}, // what limiter.Config reads its zero DefaultFail as
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: the setting's default is %v, the package's %v", tc.setting, tc.got, tc.want)
+		}
+	}
+}
+
 func TestBatchWait(t *testing.T) {
 	for _, tc := range []struct {
 		wait, timeout string
@@ -62,9 +92,9 @@ func TestBatchWait(t *testing.T) {
 	}{
 		{"2ms", "50ms", 2 * time.Millisecond},
 		{"4ms", "8ms", 2 * time.Millisecond}, // a quarter of the timeout at most
-		{"0", "50ms", -1},                    // off
+		{"0", "50ms", limiter.Off},           // off
 		{"10ms", "1s", 10 * time.Millisecond},
-		{"2ms", "3ns", -1}, // a quarter of the timeout is nothing: off, not the store's default
+		{"2ms", "3ns", limiter.Off}, // a quarter of the timeout is nothing: off, not the store's default
 	} {
 		env := base()
 		env["SLUICE_DB_BATCH_WAIT"], env["SLUICE_DB_TIMEOUT"] = tc.wait, tc.timeout
@@ -221,29 +251,20 @@ func TestLoadListsEveryProblem(t *testing.T) {
 // TestLoadAdminListen: the admin API may listen on loopback without a
 // token; anywhere else it needs one.
 func TestLoadAdminListen(t *testing.T) {
-	for _, tc := range []struct {
-		listen, token string
-		ok            bool
-	}{
-		{"127.0.0.1:9090", "", true},
-		{"127.0.0.2:9090", "", true},
-		{"[::1]:9090", "", true},
-		{"[::ffff:127.0.0.1]:9090", "", true},
-		{"localhost:9090", "", true},
-		{"0.0.0.0:9090", "", false},
-		{":9090", "", false},
-		{"[::]:9090", "", false},
-		{"10.0.0.5:9090", "", false},
-		{"admin.internal:9090", "", false},
-		{"0.0.0.0:9090", "tok", true},
-		{":9090", "tok", true},
-	} {
+	expect := func(listen, token string, ok bool) {
+		t.Helper()
 		env := base()
-		env["SLUICE_ADMIN_LISTEN"], env["SLUICE_ADMIN_TOKEN"] = tc.listen, tc.token
-		_, err := load(env)
-		if (err == nil) != tc.ok {
-			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", tc.listen, tc.token, err, tc.ok)
+		env["SLUICE_ADMIN_LISTEN"], env["SLUICE_ADMIN_TOKEN"] = listen, token
+		if _, err := load(env); (err == nil) != ok {
+			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", listen, token, err, ok)
 		}
+	}
+	for _, loopback := range []string{"127.0.0.1:9090", "127.0.0.2:9090", "[::1]:9090", "[::ffff:127.0.0.1]:9090", "localhost:9090"} {
+		expect(loopback, "", true)
+	}
+	for _, network := range []string{"0.0.0.0:9090", ":9090", "[::]:9090", "10.0.0.5:9090", "admin.internal:9090"} {
+		expect(network, "", false)
+		expect(network, "tok", true)
 	}
 	// check-config reports it like every other problem.
 	env := base()

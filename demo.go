@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/httpserve"
 )
 
 // demoUpstreamAddr is where `sluice demo-upstream` listens unless told
@@ -34,17 +35,8 @@ func demoUpstream(ctx context.Context, addr string, stdout io.Writer) error {
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	fmt.Fprintf(stdout, "demo upstream listening on http://%s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
+	if err := httpserve.Serve(ctx, srv, ln, 5*time.Second); err != nil {
 		return fmt.Errorf("demo-upstream: %w", err)
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
 	}
 	return nil
 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // faultRules are the rules of the fault tests: one per fail mode, each on
@@ -139,36 +140,30 @@ func (g *faultGateway) mustPost(t *testing.T, path, key string) reply {
 // written as in the exposition, e.g. sluice_store_errors_total{kind="timeout"}.
 func (g *faultGateway) metrics(t *testing.T) map[string]float64 {
 	t.Helper()
-	res, err := faultClient.Get(g.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	m := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return proctest.Scrape(t, faultClient, g.admin+"/metrics")
 }
 
 // metric returns one series of the gateway's metrics, 0 when absent.
 func (g *faultGateway) metric(t *testing.T, series string) float64 {
 	t.Helper()
 	return g.metrics(t)[series]
+}
+
+// waitDecides waits at most limit until the gateway's store decides again
+// (a fail=closed request no longer gets 503), and returns how long that
+// took.
+func (g *faultGateway) waitDecides(t *testing.T, limit time.Duration, what string) time.Duration {
+	t.Helper()
+	return waitFor(t, limit, what, func() bool { return g.mustPost(t, "/closed", "probe").status != 503 })
+}
+
+// expectErrorsCounted fails t unless the gateway counted a store error of
+// kind.
+func (g *faultGateway) expectErrorsCounted(t *testing.T, kind string) {
+	t.Helper()
+	if g.metric(t, `sluice_store_errors_total{kind="`+kind+`"}`) == 0 {
+		t.Errorf("no %s error counted", kind)
+	}
 }
 
 // breakerState is the gateway's sluice_store_breaker_state.
@@ -302,11 +297,52 @@ func expectExact(t *testing.T, gws []*faultGateway, key string) {
 // own (so that no limit is ever reached), until stopped, and checks that
 // each one is answered with a status its rule's fail mode allows.
 type traffic struct {
+	loops
+	n atomic.Int64
+}
+
+// loops are goroutines that run until stopped, and what they saw go
+// wrong (up to max reports), for one report at the end.
+type loops struct {
 	stopc chan struct{}
 	wg    sync.WaitGroup
-	n     atomic.Int64
+	max   int
 	mu    sync.Mutex
 	bad   []string
+}
+
+func newLoops(max int) loops { return loops{stopc: make(chan struct{}), max: max} }
+
+// loop runs f in a goroutine of its own again and again, until stop or
+// until f returns false.
+func (l *loops) loop(f func() bool) {
+	l.wg.Go(func() {
+		for {
+			select {
+			case <-l.stopc:
+				return
+			default:
+			}
+			if !f() {
+				return
+			}
+		}
+	})
+}
+
+func (l *loops) fail(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.bad) < l.max {
+		l.bad = append(l.bad, s)
+	}
+}
+
+// stop stops the loops, waits for them and returns what went wrong.
+func (l *loops) stop() []string {
+	close(l.stopc)
+	l.wg.Wait()
+	return l.bad
 }
 
 // allowedStatus lists, per path, the statuses a request with a fresh key
@@ -322,49 +358,35 @@ var allowedStatus = map[string][]int{
 var trafficRuns atomic.Int64
 
 func startTraffic(gws []*faultGateway, workers int) *traffic {
-	tr := &traffic{stopc: make(chan struct{})}
+	tr := &traffic{loops: newLoops(20)}
 	run := trafficRuns.Add(1)
 	paths := []string{"/open", "/closed", "/local"}
 	for w := range workers {
-		tr.wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-tr.stopc:
-					return
-				default:
-				}
-				path := paths[i%len(paths)]
-				g := gws[(w+i)%len(gws)]
-				r, err := g.post(path, fmt.Sprintf("bg-%d-%d-%d", run, w, i))
-				tr.n.Add(1)
-				switch {
-				case err != nil:
-					tr.fail(fmt.Sprintf("%s: %v", path, err))
-				case !slices.Contains(allowedStatus[path], r.status):
-					tr.fail(fmt.Sprintf("%s: status %d", path, r.status))
-				}
+		i := 0
+		tr.loop(func() bool {
+			path := paths[i%len(paths)]
+			g := gws[(w+i)%len(gws)]
+			r, err := g.post(path, fmt.Sprintf("bg-%d-%d-%d", run, w, i))
+			i++
+			tr.n.Add(1)
+			switch {
+			case err != nil:
+				tr.fail(fmt.Sprintf("%s: %v", path, err))
+			case !slices.Contains(allowedStatus[path], r.status):
+				tr.fail(fmt.Sprintf("%s: status %d", path, r.status))
 			}
+			return true
 		})
 	}
 	return tr
-}
-
-func (tr *traffic) fail(s string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if len(tr.bad) < 20 {
-		tr.bad = append(tr.bad, s)
-	}
 }
 
 // stop stops the traffic and fails t if any request was not answered as
 // its fail mode says; it returns the number of requests sent.
 func (tr *traffic) stop(t *testing.T) int64 {
 	t.Helper()
-	close(tr.stopc)
-	tr.wg.Wait()
-	if len(tr.bad) > 0 {
-		t.Errorf("background requests not answered as their fail modes say: %v", tr.bad)
+	if bad := tr.loops.stop(); len(bad) > 0 {
+		t.Errorf("background requests not answered as their fail modes say: %v", bad)
 	}
 	return tr.n.Load()
 }

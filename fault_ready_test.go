@@ -11,7 +11,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 )
@@ -73,62 +73,75 @@ func expectExactNow(t *testing.T, gws []*faultGateway, key string) {
 	}
 }
 
+// waitOpen waits until the breaker of every gateway of gws is not closed.
+func waitOpen(t *testing.T, gws []*faultGateway) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "every breaker opens", func() bool {
+		for _, g := range gws {
+			if g.breakerState(t) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// faultRounds runs ten rounds of a fault under traffic: each starts
+// traffic of callers callers on busy, calls fault, which returns once the
+// database is back, waits at most ready until every /readyz of gws answers
+// 200, stops the traffic and expects the store to decide fresh keys
+// exactly. /readyz must agree with the breakers throughout.
+func faultRounds(t *testing.T, gws, busy []*faultGateway, callers int, ready time.Duration, fault func()) {
+	t.Helper()
+	watch := watchReadiness(gws)
+	for i := range 10 {
+		bg := startTraffic(busy, callers)
+		fault()
+		took := waitReady(t, gws, ready)
+		bg.stop(t)
+		expectExactNow(t, gws, fmt.Sprint("healed-", i))
+		t.Logf("round %d: ready %v after the database came back", i+1, took)
+	}
+	watch.check(t)
+}
+
 // readinessWatch checks, until stopped, that every gateway's /readyz agrees
 // with its breaker: a sample whose breaker state did not change while
 // /readyz was asked must see 200 exactly when the breaker is closed.
 type readinessWatch struct {
-	stop    chan struct{}
-	done    sync.WaitGroup
+	loops
 	samples atomic.Int64
-	mu      sync.Mutex
-	bad     []string
 }
 
 func watchReadiness(gws []*faultGateway) *readinessWatch {
-	w := &readinessWatch{stop: make(chan struct{})}
+	w := &readinessWatch{loops: newLoops(10)}
 	for i, g := range gws {
-		w.done.Go(func() {
-			for {
-				select {
-				case <-w.stop:
-					return
-				default:
-				}
-				before := g.g.backend.breaker.State()
-				res, err := faultClient.Get(g.admin + "/readyz")
-				if err != nil {
-					w.fail(fmt.Sprintf("gateway %d: %v", i, err))
-					return
-				}
-				res.Body.Close()
-				after := g.g.backend.breaker.State()
-				if before == after {
-					w.samples.Add(1)
-					if ready := res.StatusCode == http.StatusOK; ready != (before == limiter.BreakerClosed) {
-						w.fail(fmt.Sprintf("gateway %d: /readyz %d with the breaker %v", i, res.StatusCode, before))
-					}
-				}
-				time.Sleep(2 * time.Millisecond)
+		w.loop(func() bool {
+			before := g.g.backend.breaker.State()
+			res, err := faultClient.Get(g.admin + "/readyz")
+			if err != nil {
+				w.fail(fmt.Sprintf("gateway %d: %v", i, err))
+				return false
 			}
+			res.Body.Close()
+			after := g.g.backend.breaker.State()
+			if before == after {
+				w.samples.Add(1)
+				if ready := res.StatusCode == http.StatusOK; ready != (before == limiter.BreakerClosed) {
+					w.fail(fmt.Sprintf("gateway %d: /readyz %d with the breaker %v", i, res.StatusCode, before))
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+			return true
 		})
 	}
 	return w
 }
 
-func (w *readinessWatch) fail(s string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.bad) < 10 {
-		w.bad = append(w.bad, s)
-	}
-}
-
 func (w *readinessWatch) check(t *testing.T) {
 	t.Helper()
-	close(w.stop)
-	w.done.Wait()
-	if len(w.bad) > 0 {
-		t.Errorf("/readyz and the breaker disagreed: %v", w.bad)
+	if bad := w.loops.stop(); len(bad) > 0 {
+		t.Errorf("/readyz and the breaker disagreed: %v", bad)
 	}
 	t.Logf("/readyz agreed with the breaker in %d samples", w.samples.Load())
 }
@@ -146,22 +159,12 @@ func TestFaultIdleInstanceRecovers(t *testing.T) {
 	gws := []*faultGateway{busy, idle}
 	waitReady(t, gws, 10*time.Second)
 	expectExactNow(t, gws, "before")
-	watch := watchReadiness(gws)
-
-	for i := range 10 {
-		bg := startTraffic([]*faultGateway{busy}, 1)
+	faultRounds(t, gws, []*faultGateway{busy}, 1, 20*time.Second, func() {
 		c.Stop(t)
-		waitFor(t, 10*time.Second, "both breakers open", func() bool {
-			return busy.breakerState(t) != 0 && idle.breakerState(t) != 0
-		})
+		waitOpen(t, gws)
 		time.Sleep(500 * time.Millisecond) // an outage of a moment
 		c.Start(t)
-		took := waitReady(t, gws, 20*time.Second)
-		bg.stop(t)
-		expectExactNow(t, gws, fmt.Sprint("after-", i))
-		t.Logf("outage %d: ready %v after the database started", i+1, took)
-	}
-	watch.check(t)
+	})
 }
 
 // TestFaultPauseAndKill: under traffic on every gateway, Postgres is
@@ -176,29 +179,14 @@ func TestFaultPauseAndKill(t *testing.T) {
 	env := faultEnv(up.URL, c.URL())
 	gws := []*faultGateway{startFault(t, env), startFault(t, env), startFault(t, env)}
 	waitReady(t, gws, 10*time.Second)
-	watch := watchReadiness(gws)
-
-	for i := range 10 {
-		bg := startTraffic(gws, 3)
+	faultRounds(t, gws, gws, 3, 30*time.Second, func() {
 		c.Pause(t)
-		waitFor(t, 10*time.Second, "every breaker opens while Postgres is paused", func() bool {
-			for _, g := range gws {
-				if g.breakerState(t) == 0 {
-					return false
-				}
-			}
-			return true
-		})
+		waitOpen(t, gws)
 		c.Resume(t)
 		time.Sleep(200 * time.Millisecond) // the backlog of the pause meets the probes
 		c.Kill(t)
 		c.Start(t)
-		took := waitReady(t, gws, 30*time.Second)
-		bg.stop(t)
-		expectExactNow(t, gws, fmt.Sprint("healed-", i))
-		t.Logf("round %d: ready %v after Postgres started again", i+1, took)
-	}
-	watch.check(t)
+	})
 }
 
 // TestFaultRestartUnderTraffic: Postgres restarts in the middle of steady
@@ -406,7 +394,7 @@ func sluiceBinary(t *testing.T) string {
 type process struct {
 	cmd           *exec.Cmd
 	public, admin string
-	out           *lockedBuffer
+	out           *proctest.Buffer
 	exited        chan struct{}
 }
 
@@ -415,48 +403,31 @@ type process struct {
 // stopped when the test ends.
 func startProcess(t *testing.T, bin string, env map[string]string) *process {
 	t.Helper()
-	p := &process{public: freeAddr(t), admin: freeAddr(t), out: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &process{public: proctest.FreeAddr(t), admin: proctest.FreeAddr(t), out: &proctest.Buffer{}}
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = []string{"SLUICE_LISTEN=" + p.public, "SLUICE_ADMIN_LISTEN=" + p.admin, "SLUICE_LOG_LEVEL=warn"}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	exited, err := proctest.StartChild(p.cmd, syscall.SIGKILL)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { defer close(p.exited); p.cmd.Wait() }() //nolint:errcheck // the exit is what is waited for
+	p.exited = exited
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
 
 // waitAccepts waits until the public port accepts a connection.
 func (p *process) waitAccepts(limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", p.public, time.Second); err == nil {
-			c.Close()
-			return true
-		}
-		select {
-		case <-p.exited:
-			return false
-		case <-time.After(2 * time.Millisecond): // the port opening is an external event: poll it
-		}
-	}
-	return false
+	return proctest.Accepts(p.public, p.exited, limit, 2*time.Millisecond)
 }
 
 // stop sends SIGTERM and waits for the process to exit.
 func (p *process) stop(t *testing.T) {
-	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may have exited
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		p.cmd.Process.Kill() //nolint:errcheck
+	if !proctest.Stop(p.cmd, p.exited, 30*time.Second) {
 		t.Errorf("sluice did not stop within 30s of SIGTERM:\n%s", p.output())
-		<-p.exited
 	}
 }
 

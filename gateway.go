@@ -99,7 +99,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 		Local:       local,
 		Timeout:     cfg.DBTimeout,
 		DefaultFail: cfg.failMode,
-		CacheSize:   cfg.LocalCacheSize,
+		CacheSize:   orOff(cfg.LocalCacheSize),
 		Metrics:     metrics,
 		Logger:      log,
 		Breaker:     breaker,

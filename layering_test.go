@@ -26,15 +26,18 @@ var layers = map[string][]string{
 	// which see the limiter and never a particular store.
 	"proxy/identity": {"hashing"},
 	"proxy":          {"hashing", "limiter", "policy", "proxy/identity"},
+	// Serving a small server until a context ends.
+	"internal/httpserve": nil,
 	// Test and measurement support.
-	"migrations/pgtest": {"limiter/postgres"},
+	"internal/proctest": nil,
+	"migrations/pgtest": {"internal/proctest", "limiter/postgres"},
 	"deploy":            nil,
 	"bench":             {"hashing", "limiter", "limiter/postgres", "policy"},
-	"bench/baseline":    {"proxy"},
+	"bench/baseline":    {"internal/httpserve", "proxy"},
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
-	"bench/upstream":    nil,
+	"bench/upstream":    {"internal/httpserve"},
 	// main wires everything.
-	"": {"hashing", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+	"": {"hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
 }
 
 // TestLayering checks every package's imports of sluice's own packages

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
@@ -117,15 +118,10 @@ func serveGatewayAsync(t *testing.T, env map[string]string, log *zap.Logger, wra
 	return g, &running{admin: "http://" + admin.Addr().String(), stop: stop}, public
 }
 
+// get returns the status and body of GET url.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	res, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(b)
+	return proctest.Call(t, http.MethodGet, url, "", "")
 }
 
 func TestAdminListener(t *testing.T) {
@@ -204,6 +200,19 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// databaseEnv is the environment of a gateway on db's schema in front of
+// upstream, with rules, one of several that share the database.
+func databaseEnv(db *pgtest.DB, upstream, rules string) map[string]string {
+	return map[string]string{
+		"SLUICE_UPSTREAM":     upstream,
+		"SLUICE_RULES":        rules,
+		"SLUICE_DATABASE_URL": db.URL,
+		"SLUICE_DB_SCHEMA":    db.Schema,
+		"SLUICE_HASH_KEY":     "shared-secret-0123456789",
+		"SLUICE_DB_TIMEOUT":   "5s", // exactness, not latency, is under test
+	}
+}
+
 // TestInstancesShareOneDatabase: three gateways on one database let exactly
 // the limit through, and after all restart, the limit still holds.
 func TestInstancesShareOneDatabase(t *testing.T) {
@@ -211,15 +220,8 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer up.Close()
-	env := map[string]string{
-		"SLUICE_UPSTREAM":     up.URL,
-		"SLUICE_RULES":        "login: POST /api/login by ip 5/1h",
-		"SLUICE_DATABASE_URL": db.URL,
-		"SLUICE_DB_SCHEMA":    db.Schema,
-		"SLUICE_HASH_KEY":     "shared-secret-0123456789",
-		"SLUICE_DB_TIMEOUT":   "5s", // exactness, not latency, is under test
-		"SLUICE_FAIL_MODE":    "closed",
-	}
+	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 5/1h")
+	env["SLUICE_FAIL_MODE"] = "closed"
 	var gws []*running
 	for range 3 {
 		gws = append(gws, start(t, env))
@@ -313,15 +315,8 @@ func TestAdminResetReachesEveryInstance(t *testing.T) {
 	db := pgtest.New(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	env := map[string]string{
-		"SLUICE_UPSTREAM":     up.URL,
-		"SLUICE_RULES":        "login: POST /api/login by ip 1/1h",
-		"SLUICE_DATABASE_URL": db.URL,
-		"SLUICE_DB_SCHEMA":    db.Schema,
-		"SLUICE_HASH_KEY":     "shared-secret-0123456789",
-		"SLUICE_DB_TIMEOUT":   "5s",
-		"SLUICE_ADMIN_TOKEN":  "tok",
-	}
+	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 1/1h")
+	env["SLUICE_ADMIN_TOKEN"] = "tok"
 	a, b := start(t, env), start(t, env)
 	post := func(g *running) int {
 		res, err := http.Post(g.url+"/api/login", "text/plain", nil)
@@ -354,34 +349,4 @@ func TestAdminResetReachesEveryInstance(t *testing.T) {
 	if post(a) != 429 {
 		t.Fatal("the reset key's room was used once; a must deny now")
 	}
-}
-
-// freeAddr returns a loopback address that nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// lockedBuffer is a bytes.Buffer safe for a process's two output streams
-// and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

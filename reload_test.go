@@ -23,6 +23,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // TestReloadOnSIGHUP: SIGHUP (sent to this process, as an operator sends
@@ -181,14 +183,14 @@ func TestSIGHUPNeverKills(t *testing.T) {
 	bin := sluiceBinary(t)
 	rules := filepath.Join(dir, "rules")
 	os.WriteFile(rules, []byte("a: GET /a by ip 5/1m\n"), 0o600)
-	admin := freeAddr(t)
+	admin := proctest.FreeAddr(t)
 	for _, env := range [][]string{
 		{"SLUICE_RULES_FILE=" + rules},
 		{"SLUICE_RULES=a: GET /a by ip 5/1m"},
 	} {
 		cmd := exec.Command(bin)
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "SLUICE_UPSTREAM=http://127.0.0.1:9",
-			"SLUICE_LISTEN=" + freeAddr(t), "SLUICE_ADMIN_LISTEN=" + admin}, env...)
+			"SLUICE_LISTEN=" + proctest.FreeAddr(t), "SLUICE_ADMIN_LISTEN=" + admin}, env...)
 		var logs strings.Builder
 		cmd.Stderr = &logs
 		if err := cmd.Start(); err != nil {

@@ -9,24 +9,19 @@ import (
 	"testing"
 )
 
+// buildInfo is what a go1.99.1 build of sluice at module version records,
+// with the VCS settings given as key, value, key, value…
+func buildInfo(version string, vcs ...string) *debug.BuildInfo {
+	bi := &debug.BuildInfo{GoVersion: "go1.99.1", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: version}}
+	for i := 0; i+1 < len(vcs); i += 2 {
+		bi.Settings = append(bi.Settings, debug.BuildSetting{Key: vcs[i], Value: vcs[i+1]})
+	}
+	return bi
+}
+
 func TestBuildVersion(t *testing.T) {
-	stamped := &debug.BuildInfo{
-		GoVersion: "go1.99.1",
-		Main:      debug.Module{Path: "github.com/sluicehq/sluice", Version: "v1.2.3"},
-		Settings: []debug.BuildSetting{
-			{Key: "vcs", Value: "git"},
-			{Key: "vcs.revision", Value: "0123456789abcdef"},
-			{Key: "vcs.modified", Value: "false"},
-		},
-	}
-	dirty := &debug.BuildInfo{
-		GoVersion: "go1.99.1",
-		Main:      debug.Module{Path: "github.com/sluicehq/sluice", Version: "(devel)"},
-		Settings: []debug.BuildSetting{
-			{Key: "vcs.revision", Value: "fedcba"},
-			{Key: "vcs.modified", Value: "true"},
-		},
-	}
+	stamped := buildInfo("v1.2.3", "vcs", "git", "vcs.revision", "0123456789abcdef", "vcs.modified", "false")
+	dirty := buildInfo("(devel)", "vcs.revision", "fedcba", "vcs.modified", "true")
 	bare := &debug.BuildInfo{GoVersion: "go1.99.1", Main: debug.Module{Version: "(devel)"}}
 	for _, tc := range []struct {
 		name             string

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // maxImageBytes bounds the image: a static binary and a certificate bundle.
@@ -117,7 +119,7 @@ func TestContainerImage(t *testing.T) {
 		io.WriteString(w, "hello from upstream")
 	}))
 	defer upstream.Close()
-	public, admin := freePort(t), freePort(t)
+	public, admin := proctest.FreePort(t), proctest.FreePort(t)
 	name := "sluice-deploytest-" + hex.EncodeToString(suffix[:])
 	// The host's network, so that the container reaches the test's
 	// upstream on loopback and the test reaches the container's ports.

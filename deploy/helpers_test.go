@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -92,17 +91,6 @@ func sluiceBinary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return bin
-}
-
-// freePort returns a loopback port that nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 var client = &http.Client{Timeout: 10 * time.Second}

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations/pgtest"
 )
@@ -187,7 +188,7 @@ func TestDatabaseRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollInterval: 10 * time.Millisecond, CleanupInterval: -1})
+	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollInterval: 10 * time.Millisecond, CleanupInterval: limiter.Off})
 	if err != nil {
 		t.Fatal(err)
 	}

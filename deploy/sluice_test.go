@@ -1,43 +1,22 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // process is a sluice started from the built binary.
 type process struct {
 	url, admin string // http://127.0.0.1:port of the public and admin listeners
-	out        *lockedBuffer
-}
-
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	out        *proctest.Buffer
 }
 
 // startSluice runs the built binary with only env (and PATH) as its
@@ -46,11 +25,11 @@ func (l *lockedBuffer) String() string {
 func startSluice(t testing.TB, env map[string]string) *process {
 	t.Helper()
 	bin := sluiceBinary(t)
-	public, admin := freePort(t), freePort(t)
+	public, admin := proctest.FreePort(t), proctest.FreePort(t)
 	p := &process{
 		url:   fmt.Sprintf("http://127.0.0.1:%d", public),
 		admin: fmt.Sprintf("http://127.0.0.1:%d", admin),
-		out:   &lockedBuffer{},
+		out:   &proctest.Buffer{},
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = []string{
@@ -62,20 +41,11 @@ func startSluice(t testing.TB, env map[string]string) *process {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
+	exited, err := proctest.StartChild(cmd, syscall.SIGKILL)
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // may have exited
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill() //nolint:errcheck
-			<-exited
-		}
-	})
+	t.Cleanup(func() { proctest.Stop(cmd, exited, 30*time.Second) })
 	// The admin listener answers at once; the public one opens once the
 	// store is ready (/readyz 200).
 	deadline := time.Now().Add(30 * time.Second)
@@ -87,8 +57,8 @@ func startSluice(t testing.TB, env map[string]string) *process {
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("sluice exited: %v\n%s", err, p.out)
+		case <-exited:
+			t.Fatalf("sluice exited: %v\n%s", cmd.ProcessState, p.out)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -102,24 +72,5 @@ func startSluice(t testing.TB, env map[string]string) *process {
 // written as in the exposition, e.g. sluice_store_errors_total{kind="timeout"}.
 func scrape(t testing.TB, url string) map[string]float64 {
 	t.Helper()
-	code, body := httpGet(url)
-	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, code, body)
-	}
-	m := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	return m
+	return proctest.Scrape(t, client, url)
 }

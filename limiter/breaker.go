@@ -52,10 +52,10 @@ const (
 const breakerBuckets = 10
 
 // BreakerConfig configures a CircuitBreaker. The zero value of every field
-// means its default.
+// means its default (see Off for the convention).
 type BreakerConfig struct {
 	// Failures is the number of consecutive failed store calls that open
-	// the breaker. Default 5. It catches an outage fast, whatever the
+	// the breaker. Zero means DefaultBreakerFailures. It catches an outage fast, whatever the
 	// traffic. Failed calls that overlapped count as one: a call counts
 	// only if it began after the last counted failure ended. So a single
 	// slow moment of the store, which fails every decision waiting on it
@@ -69,17 +69,17 @@ type BreakerConfig struct {
 	// Ratio opens the breaker when at least MinCalls calls ended within
 	// the last Window and at least this fraction of them failed. It
 	// catches a store that fails often without failing five times in a
-	// row. Default 0.5; a value above 1 turns the ratio off.
+	// row. Zero means DefaultBreakerRatio; Off turns the ratio off.
 	Ratio float64
 	// MinCalls is the least number of calls in the Window for the Ratio
-	// to count. Default 20.
+	// to count. Zero means DefaultBreakerMinCalls.
 	MinCalls int
 	// Window is the span over which the Ratio is counted, in ten rolling
-	// buckets. Default 10s.
+	// buckets. Zero means DefaultBreakerWindow.
 	Window time.Duration
 	// Cooldown is the pause between two probes while the breaker is open,
-	// counted from the opening or from the end of the failed probe.
-	// Default 1s.
+	// counted from the opening or from the end of the failed probe. Zero
+	// means DefaultBreakerCooldown.
 	Cooldown time.Duration
 	// StartOpen makes the breaker start open, as a store that has not been
 	// checked yet: decisions apply their fail modes until Run's first
@@ -162,8 +162,8 @@ func NewBreaker(cfg BreakerConfig) (*CircuitBreaker, error) {
 	if cfg.Failures < 0 {
 		errs = append(errs, fmt.Errorf("breaker: Failures %d: must not be negative", cfg.Failures))
 	}
-	if cfg.Ratio < 0 {
-		errs = append(errs, fmt.Errorf("breaker: Ratio %v: must not be negative", cfg.Ratio))
+	if cfg.Ratio < 0 && cfg.Ratio != Off {
+		errs = append(errs, fmt.Errorf("breaker: Ratio %v: must be Off or not negative", cfg.Ratio))
 	}
 	if cfg.MinCalls < 0 {
 		errs = append(errs, fmt.Errorf("breaker: MinCalls %d: must not be negative", cfg.MinCalls))
@@ -261,7 +261,7 @@ func (b *CircuitBreaker) Record(took time.Duration, err error) {
 	}
 	calls, failed := b.window(now)
 	tripped := b.consecutive >= b.failures ||
-		(b.ratio <= 1 && calls >= b.minCalls && float64(failed) >= b.ratio*float64(calls))
+		(b.ratio != Off && calls >= b.minCalls && float64(failed) >= b.ratio*float64(calls))
 	if !tripped {
 		return
 	}

@@ -152,7 +152,7 @@ func TestBreakerScripts(t *testing.T) {
 			repeat(8, step{10 * time.Second, "fail", false, C}),
 			{{10 * time.Second, "fail", false, O}},
 		}},
-		{"ratio off", limiter.BreakerConfig{Failures: 3, Ratio: 2, MinCalls: 2}, [][]step{
+		{"ratio off", limiter.BreakerConfig{Failures: 3, Ratio: limiter.Off, MinCalls: 2}, [][]step{
 			{{0, "fail", false, C}, {0, "ok", false, C}, {0, "fail", false, C}, {0, "ok", false, C}, {0, "fail", false, C}},
 			{{0, "fail", false, C}},
 			{{0, "fail", false, O}},
@@ -396,7 +396,7 @@ func TestBreakerInLimiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err := limiter.New(limiter.Config{
-		Store: st, Local: newLocal(clock), Timeout: 20 * time.Millisecond,
+		Store: st, Local: newLocal(clock), Timeout: 20 * time.Millisecond, CacheSize: limiter.Off,
 		Now: clock.Now, Metrics: m, Breaker: b,
 	})
 	if err != nil {
@@ -486,11 +486,11 @@ func (s *switchStore) Decide(ctx context.Context, cs []limiter.Check, rs []limit
 }
 
 func TestNewBreakerErrors(t *testing.T) {
-	_, err := limiter.NewBreaker(limiter.BreakerConfig{Failures: -1, Ratio: -1, MinCalls: -1, Window: -1, Cooldown: -1})
+	_, err := limiter.NewBreaker(limiter.BreakerConfig{Failures: -1, Ratio: -2, MinCalls: -1, Window: -1, Cooldown: -1})
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"Failures -1", "Ratio -1", "MinCalls -1", "Window -1ns", "Cooldown -1ns"} {
+	for _, want := range []string{"Failures -1", "Ratio -2", "MinCalls -1", "Window -1ns", "Cooldown -1ns"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

@@ -16,3 +16,14 @@ func StartProbe(b *CircuitBreaker) {
 }
 
 func EndProbe(b *CircuitBreaker, err error) { b.probed(err) }
+
+// Init creates the series of the named rules at zero, as a rule's first
+// decision does.
+func (m *Metrics) Init(rules ...string) {
+	if m == nil {
+		return
+	}
+	for _, r := range rules {
+		m.rule(r)
+	}
+}

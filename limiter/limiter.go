@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,16 @@ func (alwaysAllow) Record(time.Duration, error) {}
 // the store will be back.
 const UnavailableRetryAfter = time.Second
 
-// Config configures a Limiter. Every field documents its zero value.
+// Defaults for the zero values of Config.
+const (
+	// DefaultTimeout is SLUICE_DB_TIMEOUT's default.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultCacheSize is SLUICE_LOCAL_CACHE_SIZE's default.
+	DefaultCacheSize = 100_000
+)
+
+// Config configures a Limiter. Every field documents its zero value (see
+// Off for the convention).
 type Config struct {
 	// Store decides. Required.
 	Store Store
@@ -84,7 +94,8 @@ type Config struct {
 	// one.
 	Local Store
 	// Timeout is the deadline of one store decision (SLUICE_DB_TIMEOUT).
-	// Zero means no deadline beyond the caller's context.
+	// Zero means DefaultTimeout; Off means no deadline beyond the caller's
+	// context.
 	Timeout time.Duration
 	// DefaultFail is the fail mode of rules whose Fail is FailDefault
 	// (SLUICE_FAIL_MODE). FailDefault here means FailLocal, the setting's
@@ -92,7 +103,8 @@ type Config struct {
 	// instance) when the store cannot decide.
 	DefaultFail policy.FailMode
 	// CacheSize is the number of entries of the over-limit cache
-	// (SLUICE_LOCAL_CACHE_SIZE). Zero turns the fast path off.
+	// (SLUICE_LOCAL_CACHE_SIZE). Zero means DefaultCacheSize; Off turns the
+	// fast path off.
 	CacheSize int
 	// Now is the local clock of the fast path and of the fail-open
 	// results. Nil means time.Now.
@@ -131,11 +143,11 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Local == nil {
 		errs = append(errs, errors.New("limiter: Local (the fail=local fallback store) is required"))
 	}
-	if cfg.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("limiter: Timeout %v: must not be negative", cfg.Timeout))
+	if cfg.Timeout < 0 && cfg.Timeout != Off {
+		errs = append(errs, fmt.Errorf("limiter: Timeout %v: must be Off or not negative", cfg.Timeout))
 	}
-	if cfg.CacheSize < 0 {
-		errs = append(errs, fmt.Errorf("limiter: CacheSize %d: must not be negative", cfg.CacheSize))
+	if cfg.CacheSize < 0 && cfg.CacheSize != Off {
+		errs = append(errs, fmt.Errorf("limiter: CacheSize %d: must be Off or not negative", cfg.CacheSize))
 	}
 	if cfg.DefaultFail > policy.FailLocal {
 		errs = append(errs, fmt.Errorf("limiter: DefaultFail %d: unknown fail mode", cfg.DefaultFail))
@@ -146,7 +158,7 @@ func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
 		store:       cfg.Store,
 		local:       cfg.Local,
-		timeout:     cfg.Timeout,
+		timeout:     cmp.Or(cfg.Timeout, DefaultTimeout),
 		defaultFail: cfg.DefaultFail,
 		now:         cfg.Now,
 		metrics:     cfg.Metrics,
@@ -165,8 +177,8 @@ func New(cfg Config) (*Limiter, error) {
 	if l.breaker == nil {
 		l.breaker = alwaysAllow{}
 	}
-	if cfg.CacheSize > 0 {
-		f, err := newFastPath(cfg.CacheSize)
+	if cfg.CacheSize != Off {
+		f, err := newFastPath(cmp.Or(cfg.CacheSize, DefaultCacheSize))
 		if err != nil {
 			return nil, fmt.Errorf("limiter: fast path: %w", err)
 		}

@@ -48,6 +48,17 @@ type Metrics struct {
 	breakerTransitions *prometheus.CounterVec
 }
 
+// latencyBuckets are the buckets, in seconds, of the latency histograms.
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
 // NewMetrics creates the limiter's metrics and registers them with reg
 // (unless reg is nil). Like prometheus.MustRegister, it panics if they are
 // already registered with reg.
@@ -70,40 +81,23 @@ type Metrics struct {
 //     state, by the state entered (closed, half_open, open).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
-			Help: "Rate-limit checks decided, by rule and outcome.",
-		}, []string{"rule", "outcome"}),
-		fastPathHits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_fast_path_hits_total",
-			Help: "Checks denied from the local over-limit cache without a store round trip, by rule.",
-		}, []string{"rule"}),
-		decisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_decision_duration_seconds",
-			Help: "Time of one rate-limit decision, fast path, store call and fail modes included.",
-			Buckets: []float64{
-				.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
-			},
-		}),
-		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_store_duration_seconds",
-			Help: "Latency of one store decision, failed ones included.",
-			Buckets: []float64{
-				.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
-			},
-		}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
-			Help: "Failures of the store (decisions, probes and background work), by kind (timeout, canceled, connection, read_only, too_many_connections, undefined_table, insufficient_privilege, other).",
-		}, []string{"kind"}),
+		decisions: counterVec("sluice_decisions_total",
+			"Rate-limit checks decided, by rule and outcome.", "rule", "outcome"),
+		fastPathHits: counterVec("sluice_fast_path_hits_total",
+			"Checks denied from the local over-limit cache without a store round trip, by rule.", "rule"),
+		decisionDuration: histogram("sluice_decision_duration_seconds",
+			"Time of one rate-limit decision, fast path, store call and fail modes included.",
+			append([]float64{.00005}, latencyBuckets...)), // the fast path answers in tens of µs
+		storeDuration: histogram("sluice_store_duration_seconds",
+			"Latency of one store decision, failed ones included.", latencyBuckets),
+		storeErrors: counterVec("sluice_store_errors_total",
+			"Failures of the store (decisions, probes and background work), by kind (timeout, canceled, connection, read_only, too_many_connections, undefined_table, insufficient_privilege, other).", "kind"),
 		breakerGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_store_breaker_state",
 			Help: "State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}),
-		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_breaker_transitions_total",
-			Help: "Changes of the store circuit breaker's state, by the state entered.",
-		}, []string{"to"}),
+		breakerTransitions: counterVec("sluice_store_breaker_transitions_total",
+			"Changes of the store circuit breaker's state, by the state entered.", "to"),
 	}
 	for _, k := range errorKinds {
 		m.storeErrors.WithLabelValues(k)
@@ -150,17 +144,6 @@ func (m *Metrics) rule(name string) *ruleMetrics {
 	}
 	got, _ := m.rules.LoadOrStore(name, r)
 	return got.(*ruleMetrics)
-}
-
-// Init creates the series of the named rules at zero, so that rates and
-// alerts see them before their first decision. It is optional.
-func (m *Metrics) Init(rules ...string) {
-	if m == nil {
-		return
-	}
-	for _, r := range rules {
-		m.rule(r)
-	}
 }
 
 func (m *Metrics) decision(rule string, o outcome) {

@@ -12,7 +12,7 @@ func BenchmarkMatch(b *testing.B) {
 	for i := range 20 { // a larger policy than most
 		fmt.Fprintf(&src, "r%d: GET,POST /svc%d/* by ip 10/1m\n", i, i)
 	}
-	p := mustParseB(b, src.String())
+	p := mustParse(b, src.String())
 	for _, path := range []string{"/api/login", "/svc19/items/1", "/static/app.js"} {
 		b.Run(path, func(b *testing.B) {
 			dst := make([]*Rule, 0, p.Len())
@@ -63,13 +63,4 @@ func BenchmarkParse(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-}
-
-func mustParseB(b *testing.B, src string) *Policy {
-	b.Helper()
-	p, err := Parse(src)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return p
 }

@@ -271,6 +271,19 @@ const (
 	defaultTenantHeader = "X-Tenant-Id" // canonical form of X-Tenant-ID
 )
 
+// fieldIdentities are the identities whose argument, optional, says where
+// the identifier is: the field of the body (email) or the header (tenant).
+var fieldIdentities = map[string]struct {
+	kind      IdentityKind
+	def       string                  // without an argument
+	valid     func(arg string) bool   // whether an argument is valid
+	canonical func(arg string) string // the Field of a valid argument
+	expected  string                  // for the message of an invalid one
+}{
+	"email":  {ByEmail, defaultEmailField, validField, func(f string) string { return f }, "email(field) with a field of [A-Za-z0-9_.-]+"},
+	"tenant": {ByTenant, defaultTenantHeader, isToken, textproto.CanonicalMIMEHeaderKey, "tenant(Header-Name) with an RFC 9110 token as the header name"},
+}
+
 // identity parses ip, email, email(field), tenant, tenant(Header),
 // header(Name) or global.
 func (rp *ruleParser) identity(r *Rule, s string) {
@@ -293,23 +306,15 @@ func (rp *ruleParser) identity(r *Rule, s string) {
 		if kind == "global" {
 			r.Identity.Kind = ByGlobal
 		}
-	case "email":
-		r.Identity = Identity{Kind: ByEmail, Field: defaultEmailField}
+	case "email", "tenant":
+		f := fieldIdentities[kind]
+		r.Identity = Identity{Kind: f.kind, Field: f.def}
 		if hasArg {
-			if !validField(arg) {
-				rp.problem("identity: expected email(field) with a field of [A-Za-z0-9_.-]+, got %q", s)
+			if !f.valid(arg) {
+				rp.problem("identity: expected %s, got %q", f.expected, s)
 				return
 			}
-			r.Identity.Field = arg
-		}
-	case "tenant":
-		r.Identity = Identity{Kind: ByTenant, Field: defaultTenantHeader}
-		if hasArg {
-			if !isToken(arg) {
-				rp.problem("identity: expected tenant(Header-Name) with an RFC 9110 token as the header name, got %q", s)
-				return
-			}
-			r.Identity.Field = textproto.CanonicalMIMEHeaderKey(arg)
+			r.Identity.Field = f.canonical(arg)
 		}
 	case "header":
 		if !hasArg || !isToken(arg) {

@@ -175,10 +175,7 @@ func TestMatchPath(t *testing.T) {
 // may treat as /api/login is matched as /api/login, by the rule written in
 // either of two spellings, and that other paths are not.
 func TestPathSpellings(t *testing.T) {
-	p, err := Parse("plain: POST /api/login by ip 5/15m\nodd: POST /API//Login/ by ip 5/15m")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustParse(t, "plain: POST /api/login by ip 5/15m\nodd: POST /API//Login/ by ip 5/15m")
 	same := []string{
 		"/api/login",
 		"/API/Login",

@@ -215,7 +215,7 @@ func TestPolicyAccessors(t *testing.T) {
 	}
 }
 
-func mustParse(t *testing.T, src string) *Policy {
+func mustParse(t testing.TB, src string) *Policy {
 	t.Helper()
 	p, err := Parse(src)
 	if err != nil {

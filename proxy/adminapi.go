@@ -39,16 +39,10 @@ type adminAPI struct {
 	hasher *hashing.Hasher
 }
 
-// identityParams are the query parameters that name a key, by kind.
-var identityParams = []struct {
-	param string
-	kind  policy.IdentityKind
-}{
-	{"ip", policy.ByIP},
-	{"email", policy.ByEmail},
-	{"tenant", policy.ByTenant},
-	{"header", policy.ByHeader},
-}
+// identityParams are the kinds of identity whose query parameter (the
+// kind's name in the rule language: ip=, email=, tenant=, header=) names a
+// key.
+var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader}
 
 // target resolves ?rule=…&ip=… (or email=, tenant=, header=) to a check.
 // A "by global" rule needs no identity. Any identity kind is accepted for
@@ -67,13 +61,13 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 	var given []string
 	var kind policy.IdentityKind
 	var value string
-	for _, p := range identityParams {
-		if vs, ok := q[p.param]; ok {
-			given = append(given, p.param)
+	for _, k := range identityParams {
+		if vs, ok := q[k.String()]; ok {
+			given = append(given, k.String())
 			if len(vs) != 1 {
-				return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", p.param)}
+				return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", k)}
 			}
-			kind, value = p.kind, vs[0]
+			kind, value = k, vs[0]
 		}
 	}
 	switch {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/storetest"
@@ -56,20 +56,8 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	return &adminFixture{public: pub, admin: adm, hasher: h}
 }
 
-func call(t *testing.T, method, u, token, body string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, u, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(b)
-}
+// call is proctest.Call.
+var call = proctest.Call
 
 func TestAdminKeys(t *testing.T) {
 	f := newAdminFixture(t, "login: POST /api/login by ip 2/1m", "s3cret")

@@ -46,49 +46,57 @@ func benchProxy(b *testing.B, rules string, opts ...func(*Config)) *Proxy {
 	return p
 }
 
+// withAccessLog gives the proxy its responses metric and, when on, an
+// access log that zap's production encoder writes as JSON to a discarding
+// writer, so that the cost of a log destination is left out.
+func withAccessLog(on bool) func(*Config) {
+	return func(c *Config) {
+		c.Metrics = NewMetrics(prometheus.NewRegistry())
+		if on {
+			enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+			c.AccessLog = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel)).Named("access")
+		}
+	}
+}
+
+// onOff names a benchmark's runs with and without what it measures.
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
 // BenchmarkAccessLog measures what SLUICE_ACCESS_LOG costs per proxied
 // request: without it (the responses metric only) and with it, encoded as
 // JSON by zap's production encoder to a discarding writer, so the cost of
 // a log destination is left out.
 func BenchmarkAccessLog(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		log  bool
-	}{{"off", false}, {"on", true}} {
-		b.Run(bc.name, func(b *testing.B) {
-			p := benchProxy(b, "login: POST /api/login by ip 1000000000/1h", func(c *Config) {
-				c.Metrics = NewMetrics(prometheus.NewRegistry())
-				if bc.log {
-					enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-					c.AccessLog = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel)).Named("access")
-				}
-			})
-			b.ReportAllocs()
-			for b.Loop() {
-				req := httptest.NewRequest("POST", "/api/login", nil)
-				req.RemoteAddr = "192.0.2.1:1234"
-				w := httptest.NewRecorder()
-				p.ServeHTTP(w, req)
-				if w.Code != 200 {
-					b.Fatal(w.Code)
-				}
-			}
+	for _, log := range []bool{false, true} {
+		b.Run(onOff(log), func(b *testing.B) {
+			p := benchProxy(b, "login: POST /api/login by ip 1000000000/1h", withAccessLog(log))
+			benchLogin(b, p)
 		})
 	}
 }
 
-func BenchmarkProxy(b *testing.B) {
-	p := benchProxy(b, "login: POST /api/login by ip 1000000000/1h")
+// benchLogin sends h POST /api/login from 192.0.2.1 in b's loop, and
+// fails on any answer but 200.
+func benchLogin(b *testing.B, h http.Handler) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest("POST", "/api/login", nil)
 		req.RemoteAddr = "192.0.2.1:1234"
 		w := httptest.NewRecorder()
-		p.ServeHTTP(w, req)
+		h.ServeHTTP(w, req)
 		if w.Code != 200 {
 			b.Fatal(w.Code)
 		}
 	}
+}
+
+func BenchmarkProxy(b *testing.B) {
+	benchLogin(b, benchProxy(b, "login: POST /api/login by ip 1000000000/1h"))
 }
 
 // BenchmarkProxyBody measures requests with bodies: an identifier read from
@@ -128,18 +136,9 @@ func BenchmarkProxyBody(b *testing.B) {
 // BenchmarkAccessLogLine measures the access log's own step (finish) for
 // a request decided by two rules, without the proxying around it.
 func BenchmarkAccessLogLine(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		log  bool
-	}{{"off", false}, {"on", true}} {
-		b.Run(bc.name, func(b *testing.B) {
-			p := benchProxy(b, "login: POST /api/login by ip 10/1h; all: * /api/* by global 10/1h", func(c *Config) {
-				c.Metrics = NewMetrics(prometheus.NewRegistry())
-				if bc.log {
-					enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-					c.AccessLog = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel)).Named("access")
-				}
-			})
+	for _, log := range []bool{false, true} {
+		b.Run(onOff(log), func(b *testing.B) {
+			p := benchProxy(b, "login: POST /api/login by ip 10/1h; all: * /api/* by global 10/1h", withAccessLog(log))
 			req := httptest.NewRequest("POST", "/api/login", nil)
 			st := &requestState{path: "/api/login", verdict: outcomeAllowed, upstream: time.Millisecond}
 			st.w.code = 200

@@ -9,17 +9,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httputil"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/httpserve"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -59,17 +58,5 @@ func run(listen, upstream string, lifetime time.Duration) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelShutdown()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Serve(ctx, srv, ln, 5*time.Second)
 }

@@ -11,14 +11,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/httpserve"
 )
 
 func main() {
@@ -39,7 +41,6 @@ func run(listen string, lifetime time.Duration) error {
 
 	body := []byte("ok\n")
 	srv := &http.Server{
-		Addr: listen,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header()["Content-Type"] = []string{"text/plain"}
 			w.Write(body) //nolint:errcheck // the proxy may have gone away
@@ -47,17 +48,9 @@ func run(listen string, lifetime time.Duration) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelShutdown()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
 		return err
 	}
-	return nil
+	return httpserve.Serve(ctx, srv, ln, 5*time.Second)
 }

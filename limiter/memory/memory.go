@@ -46,8 +46,8 @@ const (
 	sweepSample = 4
 )
 
-// DefaultMaxKeys is the bound on counters of a Store made without
-// WithMaxKeys (SLUICE_MEMORY_MAX_KEYS's default).
+// DefaultMaxKeys is the bound on counters of a Store whose Options leave
+// MaxKeys zero (SLUICE_MEMORY_MAX_KEYS's default).
 const DefaultMaxKeys = 1_000_000
 
 // overflowKey is the key of the overflow counters. Real keys are HMACs in
@@ -102,7 +102,8 @@ type override struct {
 const DefaultSweepInterval = 10 * time.Second
 
 // Options configure a Store. The zero value of every field means its
-// default, as for the other stores' options.
+// default, as for the other stores' options (see limiter.Off for the
+// convention).
 type Options struct {
 	// Now is the store's clock. Default time.Now; tests pass a settable
 	// clock.
@@ -335,44 +336,31 @@ func (s *Store) SetOverride(_ context.Context, c limiter.Check, limit int64, win
 	if err := limiter.ValidateOverride(c.Rule, limit, window); err != nil {
 		return err
 	}
-	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
-	sh.mu.Lock()
-	sh.overrides[counterKey{c.Rule.Name, c.Key}] = override{limit: limit, window: window}
-	at := s.now()
-	sh.mu.Unlock()
-	s.forget(c.Rule.Name, c.Key, at)
+	s.change(c, func(sh *shard, ck counterKey) { sh.overrides[ck] = override{limit: limit, window: window} })
 	return nil
 }
 
 // DeleteOverride returns c's key to its rule's own limit.
 func (s *Store) DeleteOverride(_ context.Context, c limiter.Check) error {
-	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
-	sh.mu.Lock()
-	delete(sh.overrides, counterKey{c.Rule.Name, c.Key})
-	at := s.now()
-	sh.mu.Unlock()
-	s.forget(c.Rule.Name, c.Key, at)
+	s.change(c, func(sh *shard, ck counterKey) { delete(sh.overrides, ck) })
 	return nil
-}
-
-// Override returns key's override under rule, if it has one.
-func (s *Store) Override(rule, key string) (limit int64, window time.Duration, ok bool) {
-	sh := &s.shards[s.shardOf(rule, key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	o, ok := sh.overrides[counterKey{rule, key}]
-	return o.limit, o.window, ok
 }
 
 // Reset deletes c's counter: its next request starts from a full limit.
 func (s *Store) Reset(_ context.Context, c limiter.Check) error {
+	s.change(c, s.drop)
+	return nil
+}
+
+// change applies f to c's counter key in its shard, under the shard's
+// lock, and then tells Forget of the change, with the store's time of it.
+func (s *Store) change(c limiter.Check, f func(sh *shard, ck counterKey)) {
 	sh := &s.shards[s.shardOf(c.Rule.Name, c.Key)]
 	sh.mu.Lock()
-	s.drop(sh, counterKey{c.Rule.Name, c.Key})
+	f(sh, counterKey{c.Rule.Name, c.Key})
 	at := s.now()
 	sh.mu.Unlock()
 	s.forget(c.Rule.Name, c.Key, at)
-	return nil
 }
 
 // drop deletes the counter ck of sh, if any. The caller holds sh.mu.

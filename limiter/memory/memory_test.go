@@ -175,18 +175,8 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run("one-rule/"+a.String(), func(b *testing.B) {
 			st := memory.New(memory.Options{})
 			warm(b, st, rule, names)
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				res := make([]limiter.Result, 1)
-				cs := make([]limiter.Check, 1)
-				i := 0
-				for pb.Next() {
-					cs[0] = limiter.Check{Rule: rule, Key: names[i%keys]}
-					i += 7
-					if _, err := st.Decide(context.Background(), cs, res); err != nil {
-						b.Fatal(err)
-					}
-				}
+			benchDecide(b, st, func(i int, cs []limiter.Check) []limiter.Check {
+				return append(cs, limiter.Check{Rule: rule, Key: names[i%keys]})
 			})
 		})
 	}
@@ -200,21 +190,32 @@ func BenchmarkDecide(b *testing.B) {
 		for _, r := range rules {
 			warm(b, st, r, names)
 		}
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			res := make([]limiter.Result, 3)
-			cs := make([]limiter.Check, 3)
-			i := 0
-			for pb.Next() {
-				cs[0] = limiter.Check{Rule: rules[0], Key: names[i%keys]}
-				cs[1] = limiter.Check{Rule: rules[1], Key: names[(i*31)%keys]}
-				cs[2] = limiter.Check{Rule: rules[2], Key: "global"}
-				i += 7
-				if _, err := st.Decide(context.Background(), cs, res); err != nil {
-					b.Fatal(err)
-				}
-			}
+		benchDecide(b, st, func(i int, cs []limiter.Check) []limiter.Check {
+			return append(cs, limiter.Check{Rule: rules[0], Key: names[i%keys]},
+				limiter.Check{Rule: rules[1], Key: names[(i*31)%keys]}, limiter.Check{Rule: rules[2], Key: "global"})
 		})
+	})
+}
+
+// benchDecide makes decisions on st in b's parallel loop: the i-th of a
+// goroutine is of the checks that checks(i, cs[:0]) appends to cs, with i
+// stepping by 7.
+func benchDecide(b *testing.B, st *memory.Store, checks func(i int, cs []limiter.Check) []limiter.Check) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var cs []limiter.Check
+		var res []limiter.Result
+		i := 0
+		for pb.Next() {
+			cs = checks(i, cs[:0])
+			i += 7
+			if len(res) != len(cs) {
+				res = make([]limiter.Result, len(cs))
+			}
+			if _, err := st.Decide(context.Background(), cs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
 

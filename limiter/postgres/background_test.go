@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/migrations/pgtest"
@@ -37,7 +38,7 @@ func TestCleanup(t *testing.T) {
 	db := pgtest.New(t)
 	clk := newClock(base)
 	s := open(t, db, nil, clk.Now, func(o *postgres.Options) {
-		o.CleanupBatch, o.CleanupMaxBatches, o.CleanupPause = 3, 2, -1
+		o.CleanupBatch, o.CleanupMaxBatches, o.CleanupPause = 3, 2, limiter.Off
 	})
 	ctx := context.Background()
 	f := fixed("f", 5, time.Minute)               // expires at +1m
@@ -82,7 +83,7 @@ func TestCleanupOneAtATime(t *testing.T) {
 	stores := make([]*postgres.Store, 4)
 	for i := range stores {
 		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now, func(o *postgres.Options) {
-			o.CleanupBatch, o.CleanupPause = 7, -1
+			o.CleanupBatch, o.CleanupPause = 7, limiter.Off
 		})
 	}
 	f := fixed("f", 5, time.Minute)
@@ -155,8 +156,7 @@ func TestCleanupOneAtATime(t *testing.T) {
 func TestOverrides(t *testing.T) {
 	db := pgtest.New(t)
 	clk := newClock(base)
-	a := open(t, db, nil, clk.Now)
-	b := open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
+	a, b := instance(t, db, clk), instance(t, db, clk)
 	ctx := context.Background()
 	r := fixed("query", 5, time.Minute)
 
@@ -199,7 +199,7 @@ func TestOverrides(t *testing.T) {
 	// Run's poll picks up a deletion within its interval.
 	c := open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now, func(o *postgres.Options) {
 		o.PollInterval = 10 * time.Millisecond
-		o.CleanupInterval = -1
+		o.CleanupInterval = limiter.Off
 	})
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan struct{})

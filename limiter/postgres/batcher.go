@@ -17,7 +17,7 @@ import (
 // Every decision joins a FIFO queue. When fewer than MaxInFlight
 // statements are in flight, the decision also starts a drain goroutine at
 // once, which takes everything queued (up to MaxBatch decisions) and
-// decides it in one DecideBatch statement, then takes what queued up
+// decides it in one statement (see run), then takes what queued up
 // meanwhile, and so on until the queue is empty, when it gives its slot up.
 // An idle gateway therefore sends a lone decision straight away, alone, in
 // one round trip: no timer, no waiting for company. Under load each

@@ -101,6 +101,37 @@ func (g *gate) hold(ctx context.Context) {
 	}
 }
 
+// passOn lets the held statement go, receives the answer of its decision
+// held, and waits until the statement of the decisions queued behind it is
+// held in its place.
+func (g *gate) passOn(t *testing.T, held <-chan answer) {
+	t.Helper()
+	n := g.entered.Load() + 1
+	g.let(1)
+	receive(t, held)
+	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == n })
+}
+
+// noneCancelled fails t if a statement was let go because its context
+// ended.
+func (g *gate) noneCancelled(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-g.cancelled:
+		t.Fatal("a statement was cancelled " + why)
+	default:
+	}
+}
+
+// expectCanceled fails t unless the decision of ch was refused with
+// context.Canceled.
+func expectCanceled(t *testing.T, ch <-chan answer) {
+	t.Helper()
+	if a := receive(t, ch); !errors.Is(a.err, context.Canceled) || a.ok {
+		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
+	}
+}
+
 func (g *gate) let(n int) {
 	for range n {
 		g.release <- struct{}{}
@@ -128,35 +159,6 @@ func waitIdle(t *testing.T, s *postgres.Store, what string) {
 		st := s.BatchStats()
 		return st.InFlight == 0 && st.Queued == 0
 	})
-}
-
-type answer struct {
-	ok  bool
-	err error
-}
-
-// decideAsync starts a decision and returns where its answer will arrive.
-func decideAsync(ctx context.Context, s *postgres.Store, cs ...limiter.Check) <-chan answer {
-	ch := make(chan answer, 1)
-	go func() {
-		res := make([]limiter.Result, len(cs))
-		ok, err := s.Decide(ctx, cs, res)
-		ch <- answer{ok, err}
-	}()
-	return ch
-}
-
-// receive returns the answer from ch, failing t if none comes within ten
-// seconds.
-func receive(t *testing.T, ch <-chan answer) answer {
-	t.Helper()
-	select {
-	case a := <-ch:
-		return a
-	case <-time.After(10 * time.Second):
-		t.Fatal("no answer within 10s")
-		return answer{}
-	}
 }
 
 // used returns how much of r's limit key has used, as s sees it (a store
@@ -208,13 +210,13 @@ func TestIdleDecisionGoesAtOnce(t *testing.T) {
 func TestBurstSharesStatements(t *testing.T) {
 	const decisions, limit, slots = 200, 5, 2
 	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.Name, func(t *testing.T) {
 			db := pgtest.New(t)
 			g := newGate()
 			tr := &tracer{onDecide: g.hold}
 			s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now,
 				func(o *postgres.Options) { o.MaxInFlight = slots })
-			r := a.make("hot", limit+1, time.Hour)
+			r := a.Make("hot", limit+1, time.Hour)
 			// The key exists already: two statements that both create a
 			// key make one of them retry (see TestNewKeyRace).
 			obs := open(t, db, nil, newClock(base).Now)
@@ -264,23 +266,49 @@ func TestBurstSharesStatements(t *testing.T) {
 	}
 }
 
+// heldStore opens a store with one slot (MaxInFlight 1) on a fresh
+// schema, with opts, whose decide statements g holds; and an observer
+// store on the same schema, whose statements nobody holds.
+func heldStore(t *testing.T, g *gate, opts ...func(*postgres.Options)) (s, obs *postgres.Store) {
+	t.Helper()
+	db := pgtest.New(t)
+	tr := &tracer{onDecide: g.hold}
+	opts = append([]func(*postgres.Options){func(o *postgres.Options) { o.MaxInFlight = 1 }}, opts...)
+	s = open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now, opts...)
+	return s, open(t, db, nil, newClock(base).Now)
+}
+
+// holdSlot starts a decision of c on s, and returns where its answer will
+// arrive once g holds its statement in the database, in s's one slot.
+func holdSlot(t *testing.T, s *postgres.Store, g *gate, c limiter.Check) <-chan answer {
+	t.Helper()
+	n := g.entered.Load() + 1
+	ch := decideAsync(context.Background(), s, c)
+	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == n })
+	return ch
+}
+
+// queue starts n decisions of c on s whose slot is held, and returns where
+// their answers will arrive once all n are queued.
+func queue(t *testing.T, s *postgres.Store, n int, c limiter.Check) []<-chan answer {
+	t.Helper()
+	queued := s.BatchStats().Queued + n
+	var answers []<-chan answer
+	for range n {
+		answers = append(answers, decideAsync(context.Background(), s, c))
+	}
+	eventually(t, fmt.Sprintf("%d decisions queue", n), func() bool { return s.BatchStats().Queued == queued })
+	return answers
+}
+
 // TestMaxBatch: a queue longer than MaxBatch goes in several statements,
 // each at most MaxBatch decisions, in arrival order.
 func TestMaxBatch(t *testing.T) {
-	db := pgtest.New(t)
 	g := newGate()
-	tr := &tracer{onDecide: g.hold}
-	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
-		func(o *postgres.Options) { o.MaxInFlight, o.MaxBatch = 1, 4 })
-	obs := open(t, db, nil, newClock(base).Now)
+	s, obs := heldStore(t, g, func(o *postgres.Options) { o.MaxBatch = 4 })
 	r := fixed("r", 100, time.Hour)
-	first := decideAsync(context.Background(), s, chk(r, "k"))
-	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
-	var answers []<-chan answer
-	for range 10 {
-		answers = append(answers, decideAsync(context.Background(), s, chk(r, "k")))
-	}
-	eventually(t, "ten decisions queue", func() bool { return s.BatchStats().Queued == 10 })
+	first := holdSlot(t, s, g, chk(r, "k"))
+	answers := queue(t, s, 10, chk(r, "k"))
 	g.let(100)
 	receive(t, first)
 	for _, ch := range answers {
@@ -304,19 +332,11 @@ func TestMaxBatch(t *testing.T) {
 // database; the test lets it go.
 func busyStore(t *testing.T, g *gate, clock *storetest.Clock, maxBatch int, wait time.Duration) (*postgres.Store, *policy.Rule) {
 	t.Helper()
-	db := pgtest.New(t)
-	tr := &tracer{onDecide: g.hold}
-	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
-		func(o *postgres.Options) { o.MaxInFlight, o.MaxBatch, o.BatchWait = 1, maxBatch, wait })
+	s, _ := heldStore(t, g, func(o *postgres.Options) { o.MaxBatch, o.BatchWait = maxBatch, wait })
 	postgres.SetBatchClock(s, clock)
 	r := fixed("r", 1000, time.Hour)
-	first := decideAsync(context.Background(), s, chk(r, "k"))
-	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
-	var ten []<-chan answer
-	for range 10 {
-		ten = append(ten, decideAsync(context.Background(), s, chk(r, "k")))
-	}
-	eventually(t, "ten decisions queue", func() bool { return s.BatchStats().Queued == 10 })
+	first := holdSlot(t, s, g, chk(r, "k"))
+	ten := queue(t, s, 10, chk(r, "k"))
 	g.let(1)
 	receive(t, first)
 	eventually(t, "the ten are in one statement", func() bool {
@@ -399,24 +419,17 @@ func TestGatherEndsWhenFull(t *testing.T) {
 // returns the context's error at once, and is never sent: it counts
 // nothing.
 func TestQueuedDecisionCancelled(t *testing.T) {
-	db := pgtest.New(t)
 	g := newGate()
-	tr := &tracer{onDecide: g.hold}
-	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
-		func(o *postgres.Options) { o.MaxInFlight = 1 })
-	obs := open(t, db, nil, newClock(base).Now)
+	s, obs := heldStore(t, g)
 	r := fixed("r", 100, time.Hour)
-	first := decideAsync(context.Background(), s, chk(r, "first"))
-	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+	first := holdSlot(t, s, g, chk(r, "first"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := decideAsync(ctx, s, chk(r, "k"))
 	eventually(t, "the decision queues", func() bool { return s.BatchStats().Queued == 1 })
 	cancel()
 	// The statement in flight is still held: the answer cannot wait for it.
-	if a := receive(t, gaveUp); !errors.Is(a.err, context.Canceled) || a.ok {
-		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
-	}
+	expectCanceled(t, gaveUp)
 	later := decideAsync(context.Background(), s, chk(r, "k"))
 	eventually(t, "the next decision queues", func() bool { return s.BatchStats().Queued == 2 })
 	g.let(10)
@@ -457,26 +470,17 @@ func TestSentDecisionCancelled(t *testing.T) {
 	s := open(t, db, pool, newClock(base).Now, func(o *postgres.Options) { o.MaxInFlight = 1 })
 	obs := open(t, db, nil, newClock(base).Now)
 	r := fixed("r", 100, time.Hour)
-	first := decideAsync(context.Background(), s, chk(r, "first"))
-	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+	first := holdSlot(t, s, g, chk(r, "first"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := decideAsync(ctx, s, chk(r, "k"))
 	eventually(t, "the first decision queues", func() bool { return s.BatchStats().Queued == 1 })
 	stays := decideAsync(context.Background(), s, chk(r, "k"))
 	eventually(t, "the second decision queues", func() bool { return s.BatchStats().Queued == 2 })
-	g.let(1)
-	receive(t, first)
-	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == 2 })
+	g.passOn(t, first)
 	cancel()
-	if a := receive(t, gaveUp); !errors.Is(a.err, context.Canceled) {
-		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
-	}
-	select {
-	case <-g.cancelled:
-		t.Fatal("the statement was cancelled although a decision still waits for it")
-	default:
-	}
+	expectCanceled(t, gaveUp)
+	g.noneCancelled(t, "although a decision still waits for it")
 	g.let(1)
 	if a := receive(t, stays); a.err != nil || !a.ok {
 		t.Fatalf("the other decision of the batch = %+v", a)
@@ -487,25 +491,16 @@ func TestSentDecisionCancelled(t *testing.T) {
 
 	// A batch whose only decision gives up is not cancelled either: it
 	// finishes on its connection, which stays open and warm.
-	head := decideAsync(context.Background(), s, chk(r, "first"))
-	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 3 })
+	head := holdSlot(t, s, g, chk(r, "first")) // the third statement
 	ctx, cancel = context.WithCancel(context.Background())
 	alone := decideAsync(ctx, s, chk(r, "k"))
 	eventually(t, "the decision queues", func() bool { return s.BatchStats().Queued == 1 })
-	g.let(1)
-	receive(t, head)
-	eventually(t, "the batch is in flight", func() bool { return g.entered.Load() == 4 })
+	g.passOn(t, head)
 	cancel()
-	if a := receive(t, alone); !errors.Is(a.err, context.Canceled) {
-		t.Fatalf("cancelled decision = %+v, want context.Canceled", a)
-	}
+	expectCanceled(t, alone)
 	g.let(1)
 	eventually(t, "the slot is free again", func() bool { return s.BatchStats().InFlight == 0 })
-	select {
-	case <-g.cancelled:
-		t.Fatal("the statement was cancelled")
-	default:
-	}
+	g.noneCancelled(t, "although nobody waits for it")
 	if n := used(t, obs, r, "k"); n != 3 {
 		t.Errorf("counter used %d, want 3: the abandoned decision's statement ran", n)
 	}
@@ -521,17 +516,12 @@ func TestSentDecisionCancelled(t *testing.T) {
 // TestMalformedDecisionInBatch: a decision that cannot be built fails
 // alone; the others queued with it are decided.
 func TestMalformedDecisionInBatch(t *testing.T) {
-	db := pgtest.New(t)
 	g := newGate()
-	tr := &tracer{onDecide: g.hold}
-	s := open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now,
-		func(o *postgres.Options) { o.MaxInFlight = 1 })
-	obs := open(t, db, nil, newClock(base).Now)
+	s, obs := heldStore(t, g)
 	good := fixed("r", 100, time.Hour)
 	bad := &policy.Rule{Name: "bad", Limit: 0, Window: time.Hour, Algorithm: policy.Fixed, Cost: 1}
 	otherAlg := token("r", 100, time.Hour) // the name of good, another algorithm
-	first := decideAsync(context.Background(), s, chk(good, "first"))
-	eventually(t, "the slot holds a statement", func() bool { return g.entered.Load() == 1 })
+	first := holdSlot(t, s, g, chk(good, "first"))
 	a1 := decideAsync(context.Background(), s, chk(good, "k"))
 	eventually(t, "1 queued", func() bool { return s.BatchStats().Queued == 1 })
 	a2 := decideAsync(context.Background(), s, chk(bad, "k"), chk(good, "k"))

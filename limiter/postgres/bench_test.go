@@ -58,11 +58,11 @@ func BenchmarkDecide(b *testing.B) {
 	inFlight := func(n int) func(*postgres.Options) { return func(o *postgres.Options) { o.MaxInFlight = n } }
 	modes := []mode{
 		{"serial/batched", false, func(*postgres.Options) {}},
-		{"serial/unbatched", false, func(o *postgres.Options) { o.Unbatched = true }},
+		{"serial/unbatched", false, func(o *postgres.Options) { o.Batching = postgres.Unbatched }},
 		{"parallel/batched1", true, inFlight(1)},
 		{"parallel/batched2", true, inFlight(2)},
 		{"parallel/batched4", true, inFlight(4)},
-		{"parallel/unbatched", true, func(o *postgres.Options) { o.Unbatched = true }},
+		{"parallel/unbatched", true, func(o *postgres.Options) { o.Batching = postgres.Unbatched }},
 	}
 	for _, rules := range []int{1, 3} {
 		for _, m := range modes {
@@ -77,25 +77,32 @@ func BenchmarkDecide(b *testing.B) {
 				xacts := committed(b, db.Pool)
 				b.ReportAllocs()
 				b.ResetTimer()
+				// decider returns a maker of the next decision, with
+				// buffers of its own.
+				decider := func() func() error {
+					res := make([]limiter.Result, rules)
+					var cs []limiter.Check
+					return func() error {
+						cs = checks(cs, rules, seq.Add(1))
+						_, err := s.Decide(ctx, cs, res)
+						return err
+					}
+				}
 				if m.parallel {
 					b.SetParallelism(32)
 					b.RunParallel(func(pb *testing.PB) {
-						res := make([]limiter.Result, rules)
-						var cs []limiter.Check
+						next := decider()
 						for pb.Next() {
-							cs = checks(cs, rules, seq.Add(1))
-							if _, err := s.Decide(ctx, cs, res); err != nil {
+							if err := next(); err != nil {
 								b.Error(err)
 								return
 							}
 						}
 					})
 				} else {
-					res := make([]limiter.Result, rules)
-					var cs []limiter.Check
+					next := decider()
 					for b.Loop() {
-						cs = checks(cs, rules, seq.Add(1))
-						if _, err := s.Decide(ctx, cs, res); err != nil {
+						if err := next(); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -213,7 +220,7 @@ func BenchmarkDecideBatch(b *testing.B) {
 func benchmarkDecideBatch(b *testing.B, ip *policy.Rule, keys []string, size int, async bool) {
 	db := pgtest.New(b)
 	pool := benchPool(b, db)
-	s := open(b, db, pool, nil, func(o *postgres.Options) { o.Unbatched, o.AsynchronousCommit = true, async })
+	s := open(b, db, pool, nil, func(o *postgres.Options) { o.Batching, o.AsynchronousCommit = postgres.Unbatched, async })
 	warm(b, s, len(keys), func(i int) []limiter.Check { return []limiter.Check{{Rule: ip, Key: keys[i]}} })
 	pool.Reset() // one connection from here on
 	var pid, walWriter int

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/limiter"
 )
 
 // Cleanup deletes expired counters in batches of CleanupBatch rows, at most
@@ -18,7 +20,7 @@ import (
 // instance is deleting, and an instance that finds the lock taken ends its
 // run at once (another one is cleaning). Rows locked by decisions are
 // skipped, never waited for. As an alternative, a pg_cron job can run the
-// same DELETE (sql/cleanup.sql) with CleanupInterval set negative.
+// same DELETE (sql/cleanup.sql) with CleanupInterval set to limiter.Off.
 func (s *Store) Cleanup(ctx context.Context) (deleted int64, err error) {
 	for i := 0; i < s.opts.CleanupMaxBatches; i++ {
 		if i > 0 && !sleep(ctx, s.opts.CleanupPause) {
@@ -55,7 +57,7 @@ func (s *Store) cleanupBatch(ctx context.Context) (deleted int64, elected bool, 
 // runCleanup runs Cleanup every CleanupInterval while the store is ready,
 // until ctx is done.
 func (s *Store) runCleanup(ctx context.Context) {
-	if s.opts.CleanupInterval < 0 {
+	if s.opts.CleanupInterval == limiter.Off {
 		return
 	}
 	failing := newStateLog(s.log, "cleanup of expired counters")

@@ -16,8 +16,7 @@ import (
 )
 
 // Decision is one request's part of a batch: its checks, and room for their
-// results. DecideBatch fills Results (which must have len(Checks)) and
-// Allowed.
+// results. run fills Results (which must have len(Checks)) and Allowed.
 type Decision struct {
 	Checks  []limiter.Check
 	Results []limiter.Result
@@ -27,7 +26,7 @@ type Decision struct {
 
 // Decide decides one request against its checks, as limiter.Store
 // documents, in one statement that it may share with concurrent decisions
-// (see the batcher; Options.Unbatched turns sharing off). When ctx ends
+// (see the batcher; Unbatched turns sharing off). When ctx ends
 // first, Decide returns ctx's error at once; a decision that was already
 // sent may still have been counted, as with any call over a network.
 func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
@@ -65,16 +64,6 @@ type errBuild struct{ err error }
 
 func (e *errBuild) Error() string { return e.err.Error() }
 func (e *errBuild) Unwrap() error { return e.err }
-
-// DecideBatch decides every decision of ds in one statement and one
-// transaction. The decisions are applied in order, each seeing the state
-// the previous left, so the outcome is that of calling Decide for each in
-// turn; this is what a batcher that gathers concurrent requests calls.
-// The same counter may appear in any number of decisions. On error no
-// decision took effect.
-func (s *Store) DecideBatch(ctx context.Context, ds []Decision) error {
-	return s.run(ctx, ds, false)
-}
 
 // Peek returns what a request of c's rule would get from c's counter now,
 // without consuming anything: the admin API's view of a key.
@@ -153,7 +142,7 @@ func connectionLost(err error) bool {
 	if pgconn.SafeToRetry(err) {
 		return true
 	}
-	switch ErrorKind(err) {
+	switch errorKind(err) {
 	case limiter.ErrorConnection, limiter.ErrorReadOnly:
 		return true
 	}

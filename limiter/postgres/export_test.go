@@ -5,6 +5,25 @@ import (
 	"time"
 )
 
+// DecideBatch decides every decision of ds in one statement and one
+// transaction, as a batch of the batcher goes: the decisions are applied
+// in order, each seeing the state the previous left, so the outcome is
+// that of calling Decide for each in turn. The same counter may appear in
+// any number of decisions. On error no decision took effect.
+func (s *Store) DecideBatch(ctx context.Context, ds []Decision) error {
+	return s.run(ctx, ds, false)
+}
+
+// Override returns key's override under rule as this instance currently
+// applies it.
+func (s *Store) Override(rule, key string) (limit int64, window time.Duration, ok bool) {
+	v, ok := s.overrides.Load().m[slotKey{rule, key}]
+	return v.limit, v.window, ok
+}
+
+// ErrorKind is the classification of pgx's errors (errorKind).
+func ErrorKind(err error) string { return errorKind(err) }
+
 // DecideSQL exposes the decide statement a Store sends, for tests that run
 // it inside a transaction of their own.
 func DecideSQL(s *Store) string { return s.q.decide }

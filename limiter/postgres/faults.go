@@ -62,7 +62,7 @@ func (s *Store) fault(err error) error {
 
 // kinded returns err with its kind attached.
 func kinded(err error) error {
-	return &faultError{kind: ErrorKind(err), err: err}
+	return &faultError{kind: errorKind(err), err: err}
 }
 
 // dropPool closes every idle pooled connection at once and the busy ones
@@ -73,11 +73,11 @@ func (s *Store) dropPool(err error) {
 	s.pool.Reset()
 	if staleServer(err) && s.dropLogged.CompareAndSwap(false, true) {
 		s.log.Warn("dropped every pooled connection: the server is read-only or shutting down; new connections go to the current primary",
-			zap.String("kind", ErrorKind(err)), zap.Error(err))
+			zap.String("kind", errorKind(err)), zap.Error(err))
 	}
 }
 
-// ErrorKind classifies an error of pgx as one of the limiter.Error kinds.
+// errorKind classifies an error of pgx as one of the limiter.Error kinds.
 // A deadline or a cancelled context wins, whatever else the error says;
 // then the server's SQLSTATE (see sqlStateKind); then what only pgx's own
 // errors tell: a connection attempt that found only read-only servers
@@ -85,7 +85,7 @@ func (s *Store) dropPool(err error) {
 // limiter.ErrorReadOnly, and any other failed connection attempt or closed
 // connection is limiter.ErrorConnection; then limiter.ErrorKind's network
 // errors.
-func ErrorKind(err error) string {
+func errorKind(err error) string {
 	k := limiter.ErrorKind(err)
 	if k == limiter.ErrorTimeout || k == limiter.ErrorCanceled {
 		return k

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
-	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
 func TestErrorKind(t *testing.T) {
@@ -63,11 +62,7 @@ func TestErrorKind(t *testing.T) {
 // fresh connection instead of failing, the pool is reset, and the
 // decision counts once.
 func TestReadOnlyConnectionIsDropped(t *testing.T) {
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed("ro", 10, time.Hour)
-	decide(t, s, chk(r, "k"))
+	s, pool, r := oneConnStore(t, "ro")
 
 	// Make the pool's only connection read-only, as a demotion would.
 	ctx := context.Background()
@@ -102,11 +97,7 @@ func TestReadOnlyConnectionIsDropped(t *testing.T) {
 // TestPreparedStatementHint: the error of a statement that the server does
 // not know says what to put in the connection string.
 func TestPreparedStatementHint(t *testing.T) {
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed("ps", 10, time.Hour)
-	decide(t, s, chk(r, "k"))
+	s, pool, r := oneConnStore(t, "ps")
 	// Forget the statements pgx prepared behind its back, as a
 	// transaction-mode pooler moving the client to another server
 	// connection would.
@@ -126,11 +117,7 @@ func TestPreparedStatementHint(t *testing.T) {
 // TestPoolAcquireBounded: with every pooled connection busy, a decision
 // waits for one no longer than its context allows, and says it timed out.
 func TestPoolAcquireBounded(t *testing.T) {
-	db := pgtest.New(t)
-	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
-	r := fixed("busy", 10, time.Hour)
-	decide(t, s, chk(r, "k"))
+	s, pool, r := oneConnStore(t, "busy")
 
 	conn, err := pool.Acquire(context.Background()) // the pool's only connection
 	if err != nil {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,26 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 	}
 }
 
+// instance opens a store on db's schema and clk with a pool of its own, as
+// one of several gateways that share a database.
+func instance(t *testing.T, db *pgtest.DB, clk *storetest.Clock) *postgres.Store {
+	t.Helper()
+	return open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
+}
+
+// oneConnStore opens a store on a fresh schema and a pool of one
+// connection, on the database clock, and decides key k of rule (fixed,
+// 10/1h) once, so that the connection is made and warm.
+func oneConnStore(t *testing.T, rule string) (*postgres.Store, *pgxpool.Pool, *policy.Rule) {
+	t.Helper()
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 1)
+	s := open(t, db, pool, nil)
+	r := fixed(rule, 10, time.Hour)
+	decide(t, s, chk(r, "k"))
+	return s, pool, r
+}
+
 // The rule builders are the conformance suite's, so that every test of a
 // store builds its rules one way.
 var (
@@ -65,15 +86,7 @@ func token(name string, limit int64, window time.Duration) *policy.Rule {
 }
 
 // algos makes one rule of each algorithm.
-var algos = []struct {
-	name string
-	make func(name string, limit int64, window time.Duration) *policy.Rule
-}{
-	{"fixed", fixed},
-	{"reset", resetRule},
-	{"sliding", func(n string, l int64, w time.Duration) *policy.Rule { return sliding(n, l, w, time.Second) }},
-	{"token", token},
-}
+var algos = storetest.Algos
 
 func chk(r *policy.Rule, key string) limiter.Check { return limiter.Check{Rule: r, Key: key} }
 
@@ -100,5 +113,85 @@ func wait(t *testing.T, wg *sync.WaitGroup, d time.Duration) {
 	case <-done:
 	case <-time.After(d):
 		t.Fatalf("decisions did not finish within %v", d)
+	}
+}
+
+// counterTx begins a transaction on db's pool that runs stmt, in which %s
+// stands for db's counters table: typically a row lock (FOR UPDATE) or an
+// uncommitted insert that decisions will wait for. The test commits it to
+// let them go; it is rolled back when the test ends otherwise.
+func counterTx(t *testing.T, db *pgtest.DB, stmt string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // committed already, or rolled back
+	if _, err := tx.Exec(ctx, fmt.Sprintf(stmt, pgx.Identifier{db.Schema, "counters"}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// waitLockWaits waits until n decide statements of db's schema wait for a
+// lock, failing t after ten seconds.
+func waitLockWaits(t *testing.T, db *pgtest.DB, n int) {
+	t.Helper()
+	var waiting int
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		// Only this test's schema: other packages' tests may share the server.
+		if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d decisions wait for a lock after 10s, want %d", waiting, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// statements returns how many decide statements stores have sent.
+func statements(stores ...*postgres.Store) uint64 {
+	var n uint64
+	for _, s := range stores {
+		n += s.BatchStats().Statements
+	}
+	return n
+}
+
+// answer is what a decision returned: its verdict, its results and its
+// error.
+type answer struct {
+	ok  bool
+	res []limiter.Result
+	err error
+}
+
+// decideAsync starts a decision and returns where its answer will arrive.
+func decideAsync(ctx context.Context, s *postgres.Store, cs ...limiter.Check) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		res := make([]limiter.Result, len(cs))
+		ok, err := s.Decide(ctx, cs, res)
+		ch <- answer{ok, res, err}
+	}()
+	return ch
+}
+
+// receive returns the answer from ch, failing t if none comes within ten
+// seconds.
+func receive(t *testing.T, ch <-chan answer) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer within 10s")
+		return answer{}
 	}
 }

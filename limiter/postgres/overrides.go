@@ -74,13 +74,6 @@ func (s *Store) changeOverride(ctx context.Context, rule, key, sql string, args 
 	return nil
 }
 
-// Override returns key's override under rule as this instance currently
-// applies it.
-func (s *Store) Override(rule, key string) (limit int64, window time.Duration, ok bool) {
-	v, ok := s.overrides.Load().m[slotKey{rule, key}]
-	return v.limit, v.window, ok
-}
-
 // RefreshOverrides reloads the override cache if the overrides changed
 // since it was last read. The background poll does it every PollInterval.
 func (s *Store) RefreshOverrides(ctx context.Context) error {

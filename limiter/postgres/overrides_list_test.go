@@ -12,10 +12,8 @@ import (
 // through another one since its last poll (the suite's OverridesList
 // covers the rest of the listing).
 func TestOverridesListAcrossInstances(t *testing.T) {
-	db := pgtest.New(t)
-	clk := newClock(base)
-	a := open(t, db, nil, clk.Now)
-	b := open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
+	db, clk := pgtest.New(t), newClock(base)
+	a, b := instance(t, db, clk), instance(t, db, clk)
 	ctx := context.Background()
 	if err := a.SetOverride(ctx, chk(fixed("query", 5, time.Minute), "k1"), 7, time.Hour); err != nil {
 		t.Fatal(err)

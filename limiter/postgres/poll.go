@@ -116,8 +116,8 @@ func (l *stateLog) report(err error) {
 	case err == nil && l.kind != "":
 		l.log.Info(l.what + " works again")
 		l.kind = ""
-	case err != nil && ErrorKind(err) != l.kind:
-		l.kind = ErrorKind(err)
+	case err != nil && errorKind(err) != l.kind:
+		l.kind = errorKind(err)
 		l.log.Warn(l.what+" failed", zap.String("kind", l.kind), zap.Error(err))
 	}
 }

@@ -35,7 +35,7 @@ func TestSoak(t *testing.T) {
 	db := pgtest.New(t)
 	s := open(t, db, pgtest.NewPool(t, db.URL, 4), nil, func(o *postgres.Options) {
 		o.CleanupInterval = cleanupEvery
-		o.CleanupPause = -1
+		o.CleanupPause = limiter.Off
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})

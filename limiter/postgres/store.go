@@ -25,6 +25,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -50,7 +51,7 @@ var queryFiles embed.FS
 // Defaults for the zero values of Options.
 const (
 	DefaultSchema            = "sluice"
-	DefaultDecisionTimeout   = 50 * time.Millisecond
+	DefaultDecisionTimeout   = limiter.DefaultTimeout
 	DefaultPollInterval      = time.Second
 	DefaultCleanupInterval   = time.Minute
 	DefaultCleanupBatch      = 1000
@@ -67,10 +68,24 @@ const (
 // because of counters created concurrently (see retryable).
 const maxAttempts = 5
 
+// Batching says whether concurrent decisions share statements.
+type Batching uint8
+
+const (
+	// Batched, the default, gathers the decisions that arrive while
+	// statements are in flight into shared statements; see batcher.go.
+	Batched Batching = iota
+	// Unbatched turns the batcher off: every Decide sends a statement of
+	// its own. It exists to compare the two.
+	Unbatched
+)
+
 // Options configure a Store. The zero value of every field means its
-// default.
+// default, the Default… constant it names; a field that can be off is
+// turned off by limiter.Off (see there for the convention).
 type Options struct {
-	// Schema holds sluice's tables and functions. Default "sluice".
+	// Schema holds sluice's tables and functions. Zero means
+	// DefaultSchema.
 	Schema string
 	// Migrate makes the store apply the embedded migrations (migrations.Up)
 	// before its first probe succeeds (SLUICE_AUTO_MIGRATE). Otherwise the
@@ -92,7 +107,8 @@ type Options struct {
 	// Probe themselves).
 	Breaker *limiter.CircuitBreaker
 	// DecisionTimeout is the deadline of one decision (SLUICE_DB_TIMEOUT):
-	// a probe passes only when its decisions meet it. Default 50ms.
+	// a probe passes only when its decisions meet it. Zero means
+	// DefaultDecisionTimeout.
 	DecisionTimeout time.Duration
 	// Forget is called for every key whose counter was reset or whose
 	// override changed, on any instance, with the database's time of the
@@ -102,51 +118,52 @@ type Options struct {
 	Forget func(rule, key string, at time.Time)
 	// PollInterval is how often Run checks that the database answers and
 	// reads the key events and the overrides' generation, all in one round
-	// trip. Default 1s.
+	// trip. Zero means DefaultPollInterval.
 	PollInterval time.Duration
-	// CleanupInterval is how often Run deletes expired counters. Default
-	// 1m. A negative value turns Run's cleanup off (e.g. when pg_cron does
-	// it).
+	// CleanupInterval is how often Run deletes expired counters. Zero
+	// means DefaultCleanupInterval; limiter.Off turns Run's cleanup off
+	// (e.g. when pg_cron does it).
 	CleanupInterval time.Duration
-	// CleanupBatch is the most rows one cleanup transaction deletes.
-	// Default 1000.
+	// CleanupBatch is the most rows one cleanup transaction deletes. Zero
+	// means DefaultCleanupBatch.
 	CleanupBatch int
 	// CleanupMaxBatches bounds one cleanup run; the rest waits for the
-	// next run. Default 100.
+	// next run. Zero means DefaultCleanupMaxBatches.
 	CleanupMaxBatches int
 	// CleanupPause is the pause between two batches of one run, which
-	// leaves room to the decisions. Default 20ms; negative means none.
+	// leaves room to the decisions. Zero means DefaultCleanupPause;
+	// limiter.Off means no pause.
 	CleanupPause time.Duration
 
-	// Unbatched turns the batcher off: every Decide then sends a statement
-	// of its own. The default (false) gathers the decisions that arrive
-	// while statements are in flight into shared statements; see
-	// batcher.go. It exists to compare the two.
-	Unbatched bool
+	// Batching says whether concurrent decisions share statements. Zero
+	// means Batched.
+	Batching Batching
 	// MaxInFlight bounds the decide statements the batcher keeps in
-	// flight at once, hence the connections decisions use. Default 1: one
-	// statement in flight gathers the most decisions per transaction, and
-	// on a database that shares few cores with the gateway (the 2-core
-	// benchmark machine) it gave the best throughput and tail latency; a
-	// remote database with many cores and a long round trip may do better
-	// with 2 to 4. It is lowered to the pool's MaxConns if that is
-	// smaller.
+	// flight at once, hence the connections decisions use. Zero means
+	// DefaultMaxInFlight, 1: one statement in flight gathers the most
+	// decisions per transaction, and on a database that shares few cores
+	// with the gateway (the 2-core benchmark machine) it gave the best
+	// throughput and tail latency; a remote database with many cores and a
+	// long round trip may do better with 2 to 4. It is lowered to the
+	// pool's MaxConns if that is smaller.
 	MaxInFlight int
-	// MaxBatch bounds the decisions of one batched statement. Default 256.
+	// MaxBatch bounds the decisions of one batched statement. Zero means
+	// DefaultMaxBatch.
 	MaxBatch int
 	// MaxQueued bounds the decisions waiting for a statement; a decision
 	// that finds the queue full fails at once (its fail mode applies)
 	// rather than adding to a backlog the database is not keeping up with.
-	// Default 8192.
+	// Zero means DefaultMaxQueued.
 	MaxQueued int
 	// BatchWait is how long, at most, a busy batcher lets decisions wait
 	// for company before it sends their statement (see batcher.go); an
-	// idle one never waits. Default 2ms; negative turns gathering off.
+	// idle one never waits. Zero means DefaultBatchWait; limiter.Off turns
+	// gathering off.
 	BatchWait time.Duration
 	// StatementTimeout bounds a batched statement, which runs under a
 	// context of its own rather than under its callers' deadlines (see
 	// batcher.go): a database that does not answer within it loses the
-	// connection. Default 5s.
+	// connection. Zero means DefaultStatementTimeout.
 	StatementTimeout time.Duration
 	// AsynchronousCommit commits the decisions' transactions with
 	// synchronous_commit off (SET LOCAL, so it holds through a
@@ -158,7 +175,8 @@ type Options struct {
 }
 
 // withDefaults returns o with every zero field set to its default, or an
-// error for an invalid schema name.
+// error for an invalid schema name or a negative duration other than
+// limiter.Off.
 func (o Options) withDefaults() (Options, error) {
 	if o.Schema == "" {
 		o.Schema = DefaultSchema
@@ -166,43 +184,41 @@ func (o Options) withDefaults() (Options, error) {
 	if err := migrations.ValidateSchema(o.Schema); err != nil {
 		return o, fmt.Errorf("postgres store: %w", err)
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"CleanupInterval", o.CleanupInterval}, {"CleanupPause", o.CleanupPause}, {"BatchWait", o.BatchWait}} {
+		if d.v < 0 && d.v != limiter.Off {
+			return o, fmt.Errorf("postgres store: %s %v: must be limiter.Off or not negative", d.name, d.v)
+		}
+	}
+	if o.Batching > Unbatched {
+		return o, fmt.Errorf("postgres store: Batching %d: unknown", o.Batching)
+	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.DecisionTimeout <= 0 {
-		o.DecisionTimeout = DefaultDecisionTimeout
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	if o.CleanupInterval == 0 {
-		o.CleanupInterval = DefaultCleanupInterval
-	}
-	if o.CleanupBatch <= 0 {
-		o.CleanupBatch = DefaultCleanupBatch
-	}
-	if o.CleanupMaxBatches <= 0 {
-		o.CleanupMaxBatches = DefaultCleanupMaxBatches
-	}
-	if o.CleanupPause == 0 {
-		o.CleanupPause = DefaultCleanupPause
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = DefaultMaxInFlight
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = DefaultMaxBatch
-	}
-	if o.MaxQueued <= 0 {
-		o.MaxQueued = DefaultMaxQueued
-	}
-	if o.StatementTimeout <= 0 {
-		o.StatementTimeout = DefaultStatementTimeout
-	}
-	if o.BatchWait == 0 {
-		o.BatchWait = DefaultBatchWait
-	}
+	o.DecisionTimeout = positiveOr(o.DecisionTimeout, DefaultDecisionTimeout)
+	o.PollInterval = positiveOr(o.PollInterval, DefaultPollInterval)
+	o.CleanupInterval = cmp.Or(o.CleanupInterval, DefaultCleanupInterval) // Off stays off
+	o.CleanupBatch = positiveOr(o.CleanupBatch, DefaultCleanupBatch)
+	o.CleanupMaxBatches = positiveOr(o.CleanupMaxBatches, DefaultCleanupMaxBatches)
+	o.CleanupPause = cmp.Or(o.CleanupPause, DefaultCleanupPause)
+	o.MaxInFlight = positiveOr(o.MaxInFlight, DefaultMaxInFlight)
+	o.MaxBatch = positiveOr(o.MaxBatch, DefaultMaxBatch)
+	o.MaxQueued = positiveOr(o.MaxQueued, DefaultMaxQueued)
+	o.StatementTimeout = positiveOr(o.StatementTimeout, DefaultStatementTimeout)
+	o.BatchWait = cmp.Or(o.BatchWait, DefaultBatchWait)
 	return o, nil
+}
+
+// positiveOr returns v if it is positive, else def: the default of a field
+// that cannot be off.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // Store is the Postgres limiter.Store. It is safe for simultaneous use by
@@ -216,7 +232,7 @@ type Store struct {
 	cleanupKey int64
 	q          queries
 	overrides  atomic.Pointer[overrideSet]
-	batch      *batcher // nil when Options.Unbatched
+	batch      *batcher // nil when Unbatched
 	breaker    *limiter.CircuitBreaker
 	forget     func(rule, key string, at time.Time)
 
@@ -259,7 +275,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		s.forget = func(string, string, time.Time) {}
 	}
 	s.overrides.Store(&overrideSet{generation: -1})
-	if !opts.Unbatched {
+	if opts.Batching == Batched {
 		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch, opts.MaxQueued, opts.BatchWait)
 	}
 	return s, nil

@@ -30,7 +30,7 @@ var batchModes = []struct {
 	{"batched", func(*postgres.Options) {}},
 	{"batched4", func(o *postgres.Options) { o.MaxInFlight = 4 }},
 	{"batched4async", func(o *postgres.Options) { o.MaxInFlight, o.AsynchronousCommit = 4, true }},
-	{"unbatched", func(o *postgres.Options) { o.Unbatched = true }},
+	{"unbatched", func(o *postgres.Options) { o.Batching = postgres.Unbatched }},
 }
 
 // TestExactAcrossInstances: 200 concurrent decisions on one key with limit
@@ -42,18 +42,18 @@ func TestExactAcrossInstances(t *testing.T) {
 	for _, mode := range batchModes {
 		for _, dbClock := range []bool{false, true} {
 			for _, a := range algos {
-				if dbClock && a.name == "fixed" {
+				if dbClock && a.Name == "fixed" {
 					continue // a day-aligned window could roll over mid-test on the real clock
 				}
 				if dbClock && mode.name != "batched" {
 					continue // the clock is the database's business, whatever the mode
 				}
-				name := mode.name + "/" + a.name
+				name := mode.name + "/" + a.Name
 				if dbClock {
 					name += "/dbclock"
 				}
 				t.Run(name, func(t *testing.T) {
-					testExact(t, goroutines, limit, instances, a.make, dbClock, mode.set)
+					testExact(t, goroutines, limit, instances, a.Make, dbClock, mode.set)
 				})
 			}
 		}
@@ -224,10 +224,10 @@ func testOppositeOrders(t *testing.T, batched bool, mode func(*postgres.Options)
 // new Store, same schema).
 func TestDurability(t *testing.T) {
 	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.Name, func(t *testing.T) {
 			db := pgtest.New(t)
 			clk := newClock(base.Add(time.Minute))
-			r := a.make("login", 3, 15*time.Minute)
+			r := a.Make("login", 3, 15*time.Minute)
 
 			pool := pgtest.NewPool(t, db.URL, 2)
 			s := open(t, db, pool, clk.Now)
@@ -253,11 +253,11 @@ func TestDurability(t *testing.T) {
 // not; the database's clock is moved through Options.Now.
 func TestRetryAfterWholeSeconds(t *testing.T) {
 	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.Name, func(t *testing.T) {
 			db := pgtest.New(t)
 			clk := newClock(base.Add(10*time.Second + 300*time.Millisecond))
 			s := open(t, db, nil, clk.Now)
-			r := a.make("login", 2, time.Minute)
+			r := a.Make("login", 2, time.Minute)
 			decide(t, s, chk(r, "k"))
 			decide(t, s, chk(r, "k"))
 			ok, res := decide(t, s, chk(r, "k"))
@@ -429,55 +429,22 @@ func TestRowDeletedUnderDecision(t *testing.T) {
 	decide(t, s, chk(r, "k"))
 	ctx := context.Background()
 
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+counters+" WHERE rule = 'r' AND key = 'k' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		ok  bool
-		res limiter.Result
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res := make([]limiter.Result, 1)
-		ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
-		done <- answer{ok, res[0], err}
-	}()
+	tx := counterTx(t, db, "SELECT 1 FROM %s WHERE rule = 'r' AND key = 'k' FOR UPDATE")
+	done := decideAsync(ctx, s, chk(r, "k"))
 	// Wait until the decision waits for our row lock, then delete the row.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		// Only this test's schema: other packages' tests may share the server.
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the decision never waited for the row lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+counters+" WHERE rule = 'r' AND key = 'k'"); err != nil {
+	waitLockWaits(t, db, 1)
+	if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+" WHERE rule = 'r' AND key = 'k'"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := <-done
+	a := receive(t, done)
 	if a.err != nil {
 		t.Fatalf("Decide after the row vanished: %v", a.err)
 	}
-	if !a.ok || a.res.Remaining != 4 {
-		t.Errorf("Decide after the row vanished: allowed=%v remaining=%d, want a fresh counter (4)", a.ok, a.res.Remaining)
+	if !a.ok || a.res[0].Remaining != 4 {
+		t.Errorf("Decide after the row vanished: allowed=%v remaining=%d, want a fresh counter (4)", a.ok, a.res[0].Remaining)
 	}
 }
 
@@ -512,29 +479,27 @@ func TestResetUnderLoad(t *testing.T) {
 // those a transaction-mode pooler needs, chosen in the connection string.
 func TestExecModes(t *testing.T) {
 	db := pgtest.New(t)
-	modes := []struct {
-		name string
-		want pgx.QueryExecMode
-	}{
-		{"cache_statement", pgx.QueryExecModeCacheStatement},
-		{"cache_describe", pgx.QueryExecModeCacheDescribe},
-		{"describe_exec", pgx.QueryExecModeDescribeExec},
-		{"exec", pgx.QueryExecModeExec},
-		{"simple_protocol", pgx.QueryExecModeSimpleProtocol},
+	// default_query_exec_mode in the connection string, and the mode it
+	// chooses.
+	modes := map[string]pgx.QueryExecMode{
+		"cache_statement": pgx.QueryExecModeCacheStatement,
+		"cache_describe":  pgx.QueryExecModeCacheDescribe,
+		"describe_exec":   pgx.QueryExecModeDescribeExec,
+		"exec":            pgx.QueryExecModeExec,
+		"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 	}
-	for _, m := range modes {
-		mode := m.name
+	for mode, want := range modes {
 		t.Run(mode, func(t *testing.T) {
 			sep := "?"
 			if strings.Contains(db.URL, "?") {
 				sep = "&"
 			}
 			pool := pgtest.NewPool(t, db.URL+sep+"default_query_exec_mode="+mode, 2)
-			if got := pool.Config().ConnConfig.DefaultQueryExecMode; got != m.want {
-				t.Fatalf("pool runs in mode %v, want %v", got, m.want)
+			if got := pool.Config().ConnConfig.DefaultQueryExecMode; got != want {
+				t.Fatalf("pool runs in mode %v, want %v", got, want)
 			}
 			clk := newClock(base)
-			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = -1 })
+			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = limiter.Off })
 			ctx := context.Background()
 			rules := []*policy.Rule{fixed(mode+"-f", 3, time.Minute), sliding(mode+"-s", 3, time.Minute, time.Second),
 				resetRule(mode+"-r", 3, time.Minute), token(mode+"-t", 3, time.Minute)}
@@ -585,6 +550,30 @@ func TestProbeUnmigrated(t *testing.T) {
 	}
 	if _, err := postgres.New(db.Pool, postgres.Options{Schema: "Bad"}); err == nil {
 		t.Fatal("New accepted an invalid schema name")
+	}
+}
+
+// TestNewOptions: New takes limiter.Off where an option can be off, and
+// refuses any other negative value of those options and an unknown
+// Batching.
+func TestNewOptions(t *testing.T) {
+	db := pgtest.New(t)
+	off := postgres.Options{CleanupInterval: limiter.Off, CleanupPause: limiter.Off, BatchWait: limiter.Off, Batching: postgres.Unbatched}
+	if _, err := postgres.New(db.Pool, off); err != nil {
+		t.Fatalf("New with every option off: %v", err)
+	}
+	for _, tc := range []struct {
+		opts postgres.Options
+		want string
+	}{
+		{postgres.Options{CleanupInterval: -2}, "CleanupInterval -2ns"},
+		{postgres.Options{CleanupPause: -time.Second}, "CleanupPause -1s"},
+		{postgres.Options{BatchWait: -2}, "BatchWait -2ns"},
+		{postgres.Options{Batching: 2}, "Batching 2"},
+	} {
+		if _, err := postgres.New(db.Pool, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v, want an error naming %q", tc.opts, err, tc.want)
+		}
 	}
 }
 
@@ -671,61 +660,26 @@ func TestNewKeyRace(t *testing.T) {
 	ctx := context.Background()
 	x := fixed("x", 10, time.Minute)
 	k := fixed("k", 10, time.Minute)
-	stores := []*postgres.Store{
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-	}
+	stores := []*postgres.Store{instance(t, db, clk), instance(t, db, clk)}
 	decide(t, stores[0], chk(x, "x")) // x exists, k does not
 
 	// Hold x, so that both decisions find k missing, then wait for x.
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+counters+" WHERE rule = 'x' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		ok  bool
-		err error
-	}
-	done := make(chan answer, 2)
+	tx := counterTx(t, db, "SELECT 1 FROM %s WHERE rule = 'x' FOR UPDATE")
+	var done []<-chan answer
 	for _, s := range stores {
-		go func() {
-			res := make([]limiter.Result, 2)
-			ok, err := s.Decide(ctx, []limiter.Check{chk(k, "new"), chk(x, "x")}, res)
-			done <- answer{ok, err}
-		}()
+		done = append(done, decideAsync(ctx, s, chk(k, "new"), chk(x, "x")))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		// Only this test's schema: other packages' tests may share the server.
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the decisions never both waited for the row lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLockWaits(t, db, 2)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if a := <-done; a.err != nil || !a.ok {
+	for _, ch := range done {
+		if a := receive(t, ch); a.err != nil || !a.ok {
 			t.Fatalf("decision = %+v", a)
 		}
 	}
-	statements := stores[0].BatchStats().Statements + stores[1].BatchStats().Statements
-	if statements != 1+2 { // the set-up and the two decisions
-		t.Errorf("%d statements, want 3: no decision needed a second attempt", statements)
+	if n := statements(stores...); n != 1+2 { // the set-up and the two decisions
+		t.Errorf("%d statements, want 3: no decision needed a second attempt", n)
 	}
 	for _, c := range []struct {
 		r    *policy.Rule
@@ -751,61 +705,24 @@ func TestNewHotKeyWaits(t *testing.T) {
 	clk := newClock(base)
 	ctx := context.Background()
 	hot := fixed("hot", 10, time.Minute)
-	stores := []*postgres.Store{
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-		open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now),
-	}
+	stores := []*postgres.Store{instance(t, db, clk), instance(t, db, clk), instance(t, db, clk)}
 	// Another gateway is creating the counter: its insert is not committed.
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
-	if _, err := tx.Exec(ctx, "INSERT INTO "+counters+" (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')"); err != nil {
-		t.Fatal(err)
-	}
-	before := uint64(0)
+	tx := counterTx(t, db, "INSERT INTO %s (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')")
+	before := statements(stores...)
+	var done []<-chan answer
 	for _, s := range stores {
-		before += s.BatchStats().Statements
+		done = append(done, decideAsync(ctx, s, chk(hot, "k")))
 	}
-	done := make(chan error, len(stores))
-	for _, s := range stores {
-		go func() {
-			res := make([]limiter.Result, 1)
-			_, err := s.Decide(ctx, []limiter.Check{chk(hot, "k")}, res)
-			done <- err
-		}()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.decide(%'`, db.Schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting == len(stores) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d decisions wait for the new key's creator", waiting, len(stores))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLockWaits(t, db, len(stores)) // all wait for the new key's creator
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range stores {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+	for _, ch := range done {
+		if a := receive(t, ch); a.err != nil {
+			t.Fatal(a.err)
 		}
 	}
-	after := uint64(0)
-	for _, s := range stores {
-		after += s.BatchStats().Statements
-	}
-	if n := after - before; n != uint64(len(stores)) {
+	if n := statements(stores...) - before; n != uint64(len(stores)) {
 		t.Errorf("%d statements for %d decisions: some failed on the new key's lock and were sent again", n, len(stores))
 	}
 	res, err := stores[0].Peek(ctx, chk(hot, "k"))

@@ -103,11 +103,11 @@ func CountAll(r *policy.Rule) { r.CountAll = true }
 // Shadow makes a rule decide and report without blocking.
 func Shadow(r *policy.Rule) { r.Shadow = true }
 
-// algos makes one rule of each algorithm with the same limit and window
+// Algos makes one rule of each algorithm with the same limit and window
 // (token: burst equals the limit; sliding: 1 s buckets).
-var algos = []struct {
-	name string
-	make func(name string, limit int64, window time.Duration) *policy.Rule
+var Algos = []struct {
+	Name string
+	Make func(name string, limit int64, window time.Duration) *policy.Rule
 }{
 	{"fixed", Fixed},
 	{"reset", ResetRule},
@@ -412,10 +412,10 @@ func testAllOrNothing(t *testing.T, newStore Factory) {
 		"fixed": {60 * s, 60 * s}, "reset": {70 * s, 70 * s},
 		"sliding": {70 * s, 70 * s}, "token": {22 * s, 34 * s},
 	}
-	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
-			x := a.make("x", 5, time.Minute)
-			r1, r2 := resets[a.name][0], resets[a.name][1]
+	for _, a := range Algos {
+		t.Run(a.Name, func(t *testing.T) {
+			x := a.Make("x", 5, time.Minute)
+			r1, r2 := resets[a.Name][0], resets[a.Name][1]
 			runSteps(t, newStore, []step{
 				{10 * s, checks(chk(x, "k"), chk(gate, "k")), true, []want{ok(4, r1), ok(0, 60*s)}},
 				{10 * s, checks(chk(gate, "k"), chk(x, "k")), false, []want{deny(0, 60*s, 50*s), ok(4, r1)}},
@@ -428,12 +428,12 @@ func testAllOrNothing(t *testing.T, newStore Factory) {
 		var rules []*policy.Rule
 		var cs []limiter.Check
 		var first, held, after []want
-		for _, a := range algos {
-			r := a.make("m-"+a.name, 5, time.Minute)
+		for _, a := range Algos {
+			r := a.Make("m-"+a.Name, 5, time.Minute)
 			rules = append(rules, r)
 			cs = append(cs, chk(r, "k"))
-			first = append(first, ok(4, resets[a.name][0]))
-			after = append(after, ok(3, resets[a.name][1]))
+			first = append(first, ok(4, resets[a.Name][0]))
+			after = append(after, ok(3, resets[a.Name][1]))
 		}
 		held = append(held, first...)
 		cs = append(cs, chk(gate, "k"))
@@ -462,11 +462,11 @@ func testCost(t *testing.T, newStore Factory) {
 		// T = 12 s, τ = 60 s; cost 2 moves tat by 24 s.
 		"token": {ok(3, 34*s), ok(4, 22*s), ok(1, 58*s), ok(3, 34*s), deny(1, 58*s, 12*s), ok(3, 34*s), ok(2, 46*s)},
 	}
-	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
-			ra := With(a.make("a", 5, time.Minute), CostOf(2))
-			rb := a.make("b", 5, time.Minute)
-			e := cases[a.name]
+	for _, a := range Algos {
+		t.Run(a.Name, func(t *testing.T) {
+			ra := With(a.Make("a", 5, time.Minute), CostOf(2))
+			rb := a.Make("b", 5, time.Minute)
+			e := cases[a.Name]
 			runSteps(t, newStore, []step{
 				{10 * s, checks(chk(ra, "k"), chk(rb, "k")), true, []want{e.a1, e.b1}},
 				{10 * s, checks(chk(ra, "k"), chk(rb, "k")), true, []want{e.a2, e.b2}},
@@ -679,9 +679,9 @@ func testRetryAfter(t *testing.T, newStore Factory) {
 // key: exactly 5 win, and their Remaining values are 4, 3, 2, 1, 0.
 func testConcurrentOneKey(t *testing.T, newStore Factory) {
 	const goroutines, limit = 200, 5
-	for _, a := range algos {
-		t.Run(a.name, func(t *testing.T) {
-			r := a.make("c", limit, 24*time.Hour)
+	for _, a := range Algos {
+		t.Run(a.Name, func(t *testing.T) {
+			r := a.Make("c", limit, 24*time.Hour)
 			st := newStore(t, NewClock(Base.Add(time.Hour)))
 			var (
 				mu        sync.Mutex
@@ -734,9 +734,9 @@ func testConcurrentOneKey(t *testing.T, newStore Factory) {
 // rule B (limit 1000) counts exactly the decisions it was allowed in.
 func testConcurrentOpposite(t *testing.T, newStore Factory) {
 	const workers, decisions = 8, 1000
-	for _, algo := range algos {
-		t.Run(algo.name, func(t *testing.T) {
-			a := algo.make("a", 300, 24*time.Hour)
+	for _, algo := range Algos {
+		t.Run(algo.Name, func(t *testing.T) {
+			a := algo.Make("a", 300, 24*time.Hour)
 			b := Fixed("b", 1000, 24*time.Hour)
 			pairs := [][2]limiter.Check{
 				{chk(a, "x"), chk(b, "x")},

@@ -7,12 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // Private clusters: fault tests stop, slow down, fill up and fail over a
@@ -169,7 +169,7 @@ const ownerFile = "owner.pid"
 func newCluster(t testing.TB) *Cluster {
 	t.Helper()
 	removeOrphans()
-	c := &Cluster{postgres: Tool(t, "postgres"), pgCtl: Tool(t, "pg_ctl"), Port: freePort(t)}
+	c := &Cluster{postgres: Tool(t, "postgres"), pgCtl: Tool(t, "pg_ctl"), Port: proctest.FreePort(t)}
 	if os.Geteuid() == 0 {
 		uid, gid := clusterUser(t)
 		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
@@ -270,31 +270,6 @@ func (c *Cluster) Command(prog string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// startChild starts cmd as a child that dies with this process: its
-// parent-death signal is sig. Linux sends that signal when the thread that
-// started the child ends, so the child is started from a goroutine that
-// keeps its thread until the child has exited; exited is closed then.
-func startChild(cmd *exec.Cmd, sig syscall.Signal) (exited chan struct{}, err error) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = sig
-	cmd.SysProcAttr.Setpgid = true
-	started := make(chan error, 1)
-	exited = make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		defer close(exited)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait() //nolint:errcheck // the exit is what is waited for
-	}()
-	return exited, <-started
-}
-
 // URL is the connection string of the server's postgres database as the
 // postgres superuser.
 func (c *Cluster) URL() string {
@@ -312,7 +287,7 @@ func (c *Cluster) Start(t testing.TB) {
 	defer logf.Close()
 	cmd := c.Command(c.postgres, "-D", c.data)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	exited, err := startChild(cmd, syscall.SIGQUIT) // SIGQUIT: immediate shutdown
+	exited, err := proctest.StartChild(cmd, syscall.SIGQUIT) // SIGQUIT: immediate shutdown
 	if err != nil {
 		t.Fatalf("pgtest: start cluster on port %d: %v", c.Port, err)
 	}
@@ -549,7 +524,7 @@ type PgBouncer struct {
 func (c *Cluster) NewPgBouncer(t testing.TB, settings map[string]string) *PgBouncer {
 	t.Helper()
 	prog := Tool(t, "pgbouncer")
-	b := &PgBouncer{Port: freePort(t), log: filepath.Join(c.Dir, "pgbouncer.log")}
+	b := &PgBouncer{Port: proctest.FreePort(t), log: filepath.Join(c.Dir, "pgbouncer.log")}
 	conf := map[string]string{
 		"listen_addr":               "127.0.0.1",
 		"listen_port":               strconv.Itoa(b.Port),
@@ -580,37 +555,21 @@ func (c *Cluster) NewPgBouncer(t testing.TB, settings map[string]string) *PgBoun
 	cmd := c.Command(prog, path)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	exited, err := startChild(cmd, syscall.SIGTERM)
+	exited, err := proctest.StartChild(cmd, syscall.SIGTERM)
 	if err != nil {
 		t.Fatalf("pgtest: start pgbouncer: %v", err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // may have exited
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill() //nolint:errcheck
-			<-exited
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", b.Port), time.Second)
-		if err == nil {
-			conn.Close()
-			return b
-		}
+	t.Cleanup(func() { proctest.Stop(cmd, exited, 10*time.Second) })
+	if !proctest.Accepts(fmt.Sprintf("127.0.0.1:%d", b.Port), exited, 10*time.Second, 10*time.Millisecond) {
 		select {
 		case <-exited:
 			logged, _ := os.ReadFile(b.log)
 			t.Fatalf("pgtest: pgbouncer exited: %v\n%s\n%s", cmd.ProcessState, out.String(), logged)
 		default:
+			t.Fatalf("pgtest: pgbouncer does not listen on port %d", b.Port)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pgtest: pgbouncer does not listen on port %d: %v", b.Port, err)
-		}
-		time.Sleep(10 * time.Millisecond) // startup is an external event: poll it
 	}
+	return b
 }
 
 // URL is the connection string of the postgres database through
@@ -628,15 +587,4 @@ func (b *PgBouncer) URL(query string) string {
 func (b *PgBouncer) Log() string {
 	s, _ := os.ReadFile(b.log)
 	return string(s)
-}
-
-// freePort returns a loopback port that nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

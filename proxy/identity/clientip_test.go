@@ -45,11 +45,18 @@ func TestParseTrustedProxies(t *testing.T) {
 	}
 }
 
-func TestTrustedProxiesContains(t *testing.T) {
-	tp, err := ParseTrustedProxies("10.0.0.0/8, 2001:db8::/32, 192.0.2.7")
+// mustTrusted is ParseTrustedProxies of a list the test knows to be valid.
+func mustTrusted(t testing.TB, s string) TrustedProxies {
+	t.Helper()
+	tp, err := ParseTrustedProxies(s)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ParseTrustedProxies(%q): %v", s, err)
 	}
+	return tp
+}
+
+func TestTrustedProxiesContains(t *testing.T) {
+	tp := mustTrusted(t, "10.0.0.0/8, 2001:db8::/32, 192.0.2.7")
 	tests := []struct {
 		addr string
 		want bool
@@ -87,10 +94,7 @@ func testHeader(kv ...string) http.Header {
 }
 
 func TestClientIP(t *testing.T) {
-	trusted, err := ParseTrustedProxies("10.0.0.0/8, fd00::/8")
-	if err != nil {
-		t.Fatal(err)
-	}
+	trusted := mustTrusted(t, "10.0.0.0/8, fd00::/8")
 	const xff = "X-Forwarded-For"
 	tests := []struct {
 		name   string
@@ -214,10 +218,7 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("[fe80::1%eth0]:443", "fe80::1%25lo, ,", "[")
 	f.Add("10.0.0.1:1", "10.0.0.2", "10.0.0.3:65535")
 	f.Add("@", "", "")
-	trusted, err := ParseTrustedProxies("10.0.0.0/8, fd00::/8, ::ffff:0:0/96")
-	if err != nil {
-		f.Fatal(err)
-	}
+	trusted := mustTrusted(f, "10.0.0.0/8, fd00::/8, ::ffff:0:0/96")
 	f.Fuzz(func(t *testing.T, remote, line1, line2 string) {
 		h := http.Header{"X-Forwarded-For": {line1, line2}}
 		got := trusted.ClientIP(remote, h)
@@ -239,10 +240,7 @@ func FuzzClientIP(f *testing.F) {
 }
 
 func BenchmarkClientIP(b *testing.B) {
-	trusted, err := ParseTrustedProxies("10.0.0.0/8, 172.16.0.0/12, fd00::/8")
-	if err != nil {
-		b.Fatal(err)
-	}
+	trusted := mustTrusted(b, "10.0.0.0/8, 172.16.0.0/12, fd00::/8")
 	cases := []struct {
 		name   string
 		remote string

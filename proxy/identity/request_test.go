@@ -55,6 +55,26 @@ func expectError(t *testing.T, err error, values ...string) {
 	}
 }
 
+// expectLookup checks what a lookup of an identifier returned: with
+// wantErr, an ambiguity error that quotes none of values, and nothing
+// found; otherwise want, found exactly when want is not empty.
+func expectLookup(t *testing.T, got string, found bool, err error, want string, wantErr bool, values ...string) {
+	t.Helper()
+	if wantErr {
+		expectError(t, err, values...)
+		if found || got != "" {
+			t.Errorf("with an error, got %q, %v", got, found)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("unexpected error %v", err)
+	}
+	if got != want || found != (want != "") {
+		t.Errorf("got %q, %v; want %q", got, found, want)
+	}
+}
+
 func TestEmail(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -228,18 +248,9 @@ func TestEmail(t *testing.T) {
 			}
 			r := newRequest(tt.ct, tt.body, tt.query)
 			got, found, err := r.Email(field)
+			expectLookup(t, got, found, err, tt.want, tt.err)
 			if tt.err {
-				expectError(t, err)
-				if found || got != "" {
-					t.Errorf("with an error, got %q, %v", got, found)
-				}
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error %v", err)
-			}
-			if got != tt.want || found != (tt.want != "") {
-				t.Errorf("got %q, %v; want %q", got, found, tt.want)
 			}
 			// A Request caches what it parsed: asking again gives the
 			// same answer.
@@ -295,13 +306,7 @@ func TestMethod(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := newRequest(tt.ct, tt.body, tt.query).Method()
-			if tt.err {
-				expectError(t, err, "DELETE", "PUT", "delete")
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("Method() = %q, %v; want %q", got, err, tt.want)
-			}
+			expectLookup(t, got, got != "", err, tt.want, tt.err, "DELETE", "PUT", "delete")
 		})
 	}
 }
