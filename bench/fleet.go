@@ -9,14 +9,12 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -109,26 +107,17 @@ func parseFleetFlags(args []string) (fleetOptions, error) {
 	return o, nil
 }
 
-// mainFleet is `go run ./bench fleet`.
-func mainFleet(args []string) {
-	opts, err := parseFleetFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench fleet:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// runFleet is `go run ./bench fleet`: it prints the table when fleet
+// succeeds.
+func runFleet(ctx context.Context, opts fleetOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, opts.deadline)
+	defer cancel()
 	r, err := fleet(ctx, opts, os.Stderr)
-	cancel()
-	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench fleet:", err)
-		os.Exit(1)
+		return err
 	}
 	r.writeTable(os.Stdout)
+	return nil
 }
 
 // fleetRun is what fleet measured.
@@ -457,7 +446,7 @@ func fleetStep(ctx context.Context, db *benchDB, o fleetOptions, n int, rule *po
 					// store fails than while it keeps up, and the failed
 					// column counts decisions that could not be made, not
 					// how fast a caller can spin.
-					sleep(ctx, g.timeout-took)
+					wait(ctx, g.timeout-took)
 				}
 			}
 		})
@@ -465,7 +454,7 @@ func fleetStep(ctx context.Context, db *benchDB, o fleetOptions, n int, rule *po
 	stopCallers := func() { phase.Store(phaseStop); wg.Wait() }
 	defer stopCallers()
 
-	if !sleep(ctx, o.warmup) {
+	if !wait(ctx, o.warmup) {
 		return row, ctx.Err()
 	}
 	before, err := sampleCPU(ctx, db, postmaster)
@@ -474,7 +463,7 @@ func fleetStep(ctx context.Context, db *benchDB, o fleetOptions, n int, rule *po
 	}
 	t0 := time.Now()
 	phase.Store(phaseMeasure)
-	if !sleep(ctx, o.duration) {
+	if !wait(ctx, o.duration) {
 		return row, ctx.Err()
 	}
 	phase.Store(phaseStop)
@@ -509,19 +498,13 @@ func fleetStep(ctx context.Context, db *benchDB, o fleetOptions, n int, rule *po
 	return row, nil
 }
 
-// sleep waits for d or until ctx is done, and reports whether it waited.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+// wait waits for d or until ctx is done, and reports whether ctx is not.
+func wait(ctx context.Context, d time.Duration) bool {
 	select {
-	case <-t.C:
-		return true
+	case <-time.After(d):
 	case <-ctx.Done():
-		return false
 	}
+	return ctx.Err() == nil
 }
 
 // percentile is the p-th percentile of sorted (nearest rank), 0 when it

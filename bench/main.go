@@ -56,46 +56,38 @@ type options struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "soak" {
-		mainSoak(os.Args[2:])
-		return
-	}
-	if len(os.Args) > 1 && os.Args[1] == "fleet" {
-		mainFleet(os.Args[2:])
-		return
-	}
-	opts, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, opts, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	args := os.Args[1:]
+	switch {
+	case len(args) > 0 && args[0] == "soak": // see soak.go
+		command("bench soak", args[1:], parseSoakFlags, func(ctx context.Context, o soakOptions) error {
+			return soak(ctx, o, os.Stdout, os.Stderr)
+		})
+	case len(args) > 0 && args[0] == "fleet": // see fleet.go
+		command("bench fleet", args[1:], parseFleetFlags, runFleet)
+	default:
+		command("bench", args, parseFlags, func(ctx context.Context, o options) error {
+			return run(ctx, o, os.Stdout, os.Stderr)
+		})
 	}
 }
 
-// mainSoak is `go run ./bench soak`: see soak.go.
-func mainSoak(args []string) {
-	opts, err := parseSoakFlags(args)
+// command runs one of the harness's commands: parses its flags, runs it
+// until it ends or the process is interrupted, and exits with status 2 on
+// bad flags and 1 when it fails.
+func command[O any](name string, args []string, parse func([]string) (O, error), run func(context.Context, O) error) {
+	opts, err := parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench soak:", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = soak(ctx, opts, os.Stdout, os.Stderr)
+	err = run(ctx, opts)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench soak:", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
 }

@@ -173,11 +173,7 @@ type server struct {
 // startSluice starts sluice for scenario s on target t's store and waits
 // until it is ready (its store reachable).
 func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*server, error) {
-	public, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	admin, err := freeAddr()
+	public, admin, err := freeAddrs()
 	if err != nil {
 		return nil, err
 	}

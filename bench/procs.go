@@ -137,6 +137,15 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
+// freeAddrs is freeAddr for a public and an admin listener.
+func freeAddrs() (public, admin string, err error) {
+	if public, err = freeAddr(); err != nil {
+		return "", "", err
+	}
+	admin, err = freeAddr()
+	return public, admin, err
+}
+
 // childEnv is the harness's environment without any sluice setting, plus
 // extra: targets see only the settings the harness gives them.
 func childEnv(extra ...string) []string {

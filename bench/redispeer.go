@@ -49,11 +49,7 @@ func (b *bench) startRedis(ctx context.Context, s scenario, _ string) (*server, 
 	if err != nil {
 		return nil, err
 	}
-	public, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	admin, err := freeAddr()
+	public, admin, err := freeAddrs()
 	if err != nil {
 		return nil, err
 	}
