@@ -1,4 +1,4 @@
--- version: 3
+-- version: 4
 --
 -- decide: the whole limiter decision, computed in the database with the
 -- database's clock, for a list of decisions at once. The store that calls
@@ -134,12 +134,12 @@ DECLARE
     -- bucket index, st_n window total, the slot's (index, count) pairs in
     -- ring, oldest first, the last pair always the current bucket; token:
     -- st_a TAT.
-    st_a   bigint[];
-    st_n   bigint[];
-    dirty  boolean[];
-    st_k   bigint[];     -- sliding: number of buckets in the window
-    st_off integer[];    -- sliding: offset of the slot's pairs in ring
-    st_len integer[];    -- sliding: number of pairs
+    st_a   bigint[]  := array_fill(0::bigint, ARRAY[ns]);
+    st_n   bigint[]  := array_fill(0::bigint, ARRAY[ns]);
+    dirty  boolean[] := array_fill(false, ARRAY[ns]);
+    st_k   bigint[]  := array_fill(0::bigint, ARRAY[ns]);  -- sliding: number of buckets in the window
+    st_off integer[] := array_fill(0, ARRAY[ns]);          -- sliding: offset of the slot's pairs in ring
+    st_len integer[] := array_fill(0, ARRAY[ns]);          -- sliding: number of pairs
     ring   bigint[] := '{}';
 
     -- Per check.
@@ -209,21 +209,36 @@ BEGIN
     raw_len := array_fill(0, ARRAY[ns]);
     fresh   := array_fill(true, ARRAY[ns]);
     pass    := 1;
-    -- The slots in canonical order, each probing the primary key for its
-    -- counter and locking it: LATERAL fixes that shape. A cursor is
-    -- planned for its first rows, and as a join ordered by (rule, key) it
-    -- was planned, on an empty table (every fresh deployment), as a walk
-    -- of the whole index in key order with the batch compared against
-    -- every counter, a plan each connection then kept as the table grew.
-    OPEN rows FOR
-        SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets, false AS mine
-        FROM (SELECT * FROM unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
-              ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
-        CROSS JOIN LATERAL (
-            SELECT * FROM {{schema}}.counters AS c
-            WHERE c.rule = u.rule AND c.key = u.key
-            FOR UPDATE) AS c;
     LOOP
+        -- The slots in canonical order, each probing the primary key for
+        -- its counter and locking it: LATERAL fixes that shape. A cursor is
+        -- planned for its first rows, and as a join ordered by (rule, key)
+        -- it was planned, on an empty table (every fresh deployment), as a
+        -- walk of the whole index in key order with the batch compared
+        -- against every counter, a plan each connection then kept as the
+        -- table grew. Pass 2 takes the same shape for the slots it retries.
+        IF pass = 1 OR (locked = 0 AND inserted = 0) THEN
+            -- Every slot, waiting for each lock in canonical order.
+            OPEN rows FOR
+                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets, false AS mine
+                FROM (SELECT * FROM unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
+                      ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
+                CROSS JOIN LATERAL (
+                    SELECT * FROM {{schema}}.counters AS c
+                    WHERE c.rule = u.rule AND c.key = u.key
+                    FOR UPDATE) AS c;
+        ELSE
+            OPEN rows FOR
+                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
+                       c.expires_at = '-infinity' AS mine
+                FROM (SELECT * FROM unnest(s_rule, s_key, fresh) WITH ORDINALITY AS u(rule, key, missing, i)
+                      WHERE u.missing
+                      ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
+                CROSS JOIN LATERAL (
+                    SELECT * FROM {{schema}}.counters AS c
+                    WHERE c.rule = u.rule AND c.key = u.key
+                    FOR UPDATE NOWAIT) AS c;
+        END IF;
         LOOP
             FETCH rows INTO rec;
             EXIT WHEN NOT FOUND;
@@ -269,27 +284,6 @@ BEGIN
         -- changed nothing, and the caller retries), unless this call holds
         -- no row yet: then waiting in canonical order is what step 1 does.
         pass := 2;
-        IF locked = 0 AND inserted = 0 THEN
-            OPEN rows FOR
-                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets, false AS mine
-                FROM (SELECT * FROM unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
-                      ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
-                CROSS JOIN LATERAL (
-                    SELECT * FROM {{schema}}.counters AS c
-                    WHERE c.rule = u.rule AND c.key = u.key
-                    FOR UPDATE) AS c;
-        ELSE
-            OPEN rows FOR
-                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
-                       c.expires_at = '-infinity' AS mine
-                FROM (SELECT * FROM unnest(s_rule, s_key, fresh) WITH ORDINALITY AS u(rule, key, missing, i)
-                      WHERE u.missing
-                      ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
-                CROSS JOIN LATERAL (
-                    SELECT * FROM {{schema}}.counters AS c
-                    WHERE c.rule = u.rule AND c.key = u.key
-                    FOR UPDATE NOWAIT) AS c;
-        END IF;
     END LOOP;
     IF pass = 2 AND inserted <> n_drop THEN
         -- A counter created meanwhile was deleted again before we could see
@@ -303,12 +297,6 @@ BEGIN
 
     -- 4. Normalise each counter's state to now_us. A row left by a different
     -- algorithm (or bucket layout) is read as absent.
-    st_a   := array_fill(0::bigint, ARRAY[ns]);
-    st_n   := array_fill(0::bigint, ARRAY[ns]);
-    st_k   := array_fill(0::bigint, ARRAY[ns]);
-    st_off := array_fill(0, ARRAY[ns]);
-    st_len := array_fill(0, ARRAY[ns]);
-    dirty  := array_fill(false, ARRAY[ns]);
     FOR s IN 1 .. ns LOOP
         alg := s_alg[s];
         win := s_window[s];
