@@ -389,6 +389,16 @@ func sluiceBinary(t *testing.T) string {
 	return builtBin
 }
 
+// TestMain removes the binary sluiceBinary built, if any, once every test
+// of the package has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin)) //nolint:errcheck // best effort
+	}
+	os.Exit(code)
+}
+
 // process is a sluice binary running as a child of the test, on free
 // loopback ports, its output collected.
 type process struct {
