@@ -631,3 +631,76 @@ func checkSecretsDocumented(t *testing.T, refs map[string]string) {
 		}
 	}
 }
+
+// kubernetesFiles is every file under deploy/kubernetes: each is a
+// kustomization or something one of them uses, so TestKubernetes renders
+// all of them.
+var kubernetesFiles = []string{
+	"deploy/kubernetes/kustomization.yaml",
+	"deploy/kubernetes/base/kustomization.yaml",
+	"deploy/kubernetes/base/config.env",
+	"deploy/kubernetes/base/deployment.yaml",
+	"deploy/kubernetes/base/horizontalpodautoscaler.yaml",
+	"deploy/kubernetes/base/migrate-job.yaml",
+	"deploy/kubernetes/base/networkpolicy.yaml",
+	"deploy/kubernetes/base/poddisruptionbudget.yaml",
+	"deploy/kubernetes/base/rules.conf",
+	"deploy/kubernetes/base/service.yaml",
+	"deploy/kubernetes/base/serviceaccount.yaml",
+	"deploy/kubernetes/overlays/example/kustomization.yaml",
+	"deploy/kubernetes/overlays/example/namespace.yaml",
+	"deploy/kubernetes/overlays/example/rules.conf",
+}
+
+// TestKubernetesFiles: the files under deploy/kubernetes are exactly
+// kubernetesFiles, and every one that is not a kustomization is named by
+// the kustomization of its directory (a resource, or a generator's file or
+// env file): a manifest added without being listed would never be
+// rendered, nor checked.
+func TestKubernetesFiles(t *testing.T) {
+	var found []string
+	err := filepath.WalkDir(filepath.Join(root, "deploy", "kubernetes"), func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(root, path)
+			found = append(found, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values(kubernetesFiles))
+	if slices.Sort(found); !slices.Equal(found, want) {
+		t.Fatalf("files under deploy/kubernetes:\n%v\nwant (kubernetesFiles):\n%v", found, want)
+	}
+	named := map[string]bool{}
+	for _, f := range kubernetesFiles {
+		if filepath.Base(f) != "kustomization.yaml" {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k struct {
+			Resources          []string
+			ConfigMapGenerator []struct{ Files, Envs []string } `json:"configMapGenerator"`
+		}
+		if err := yaml.Unmarshal(raw, &k); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		refs := k.Resources
+		for _, g := range k.ConfigMapGenerator {
+			refs = append(refs, g.Files...)
+			refs = append(refs, g.Envs...)
+		}
+		for _, r := range refs {
+			named[filepath.ToSlash(filepath.Join(filepath.Dir(f), r))] = true
+		}
+	}
+	for _, f := range kubernetesFiles {
+		if filepath.Base(f) != "kustomization.yaml" && !named[f] {
+			t.Errorf("%s is named by no kustomization: it is never rendered", f)
+		}
+	}
+}
