@@ -326,13 +326,16 @@ func (c *Cluster) Stop(t testing.TB) {
 // of its machine would; Start then runs crash recovery.
 func (c *Cluster) Kill(t testing.TB) {
 	t.Helper()
-	c.signalAll(t, syscall.SIGKILL)
+	pids := c.freeze(t)
+	c.signalPids(t, pids, syscall.SIGKILL)
 	if !c.waitExit(60 * time.Second) {
 		t.Fatalf("pgtest: the server on port %d did not die", c.Port)
 	}
-	// Its backends notice that the postmaster is gone and exit; wait for
-	// them, so that nothing holds the port or the shared memory.
-	for deadline := time.Now().Add(30 * time.Second); len(c.processes()) > 0; {
+	// Wait for every process that was killed, so that nothing holds the
+	// port or the shared memory when Start runs. Once the postmaster is
+	// gone its children belong to another parent, so they are waited for
+	// by the pids listed while it was frozen.
+	for deadline := time.Now().Add(30 * time.Second); anyAlive(pids); {
 		if time.Now().After(deadline) {
 			t.Fatalf("pgtest: processes of the killed server on port %d remain", c.Port)
 		}
@@ -345,13 +348,45 @@ func (c *Cluster) Kill(t testing.TB) {
 // them.
 func (c *Cluster) Pause(t testing.TB) {
 	t.Helper()
-	c.signalAll(t, syscall.SIGSTOP)
+	c.signalPids(t, c.freeze(t), syscall.SIGSTOP)
 }
 
-// Resume continues a paused server.
+// Resume continues a paused server: its children first, then the
+// postmaster, which alone starts new ones.
 func (c *Cluster) Resume(t testing.TB) {
 	t.Helper()
-	c.signalAll(t, syscall.SIGCONT)
+	pids := c.processes()
+	if len(pids) > 0 {
+		pids = append(pids[1:], pids[0])
+	}
+	c.signalPids(t, pids, syscall.SIGCONT)
+}
+
+// freeze stops the postmaster with SIGSTOP and returns its pid and those of
+// its children. Stopped, it forks no backend between the listing and the
+// signal that follows it: a backend forked a moment after a listing would
+// otherwise outlive a kill and hold the shared memory, and Start would
+// then fail ("pre-existing shared memory block is still in use").
+func (c *Cluster) freeze(t testing.TB) []int {
+	t.Helper()
+	c.mu.Lock()
+	server := c.server
+	c.mu.Unlock()
+	if server == nil || server.Process == nil {
+		return nil
+	}
+	c.signal(syscall.SIGSTOP)
+	// The signal takes effect when the postmaster is next scheduled; until
+	// then it may still fork.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		state, _, ok := procStat(server.Process.Pid)
+		if !ok || state == "T" || state == "Z" {
+			return c.processes()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgtest: the postmaster on port %d did not stop (state %s)", c.Port, state)
+		}
+	}
 }
 
 // signal sends sig to the postmaster, if it runs.
@@ -363,14 +398,42 @@ func (c *Cluster) signal(sig syscall.Signal) {
 	}
 }
 
-// signalAll sends sig to the postmaster and to every process it started.
-func (c *Cluster) signalAll(t testing.TB, sig syscall.Signal) {
+// signalPids sends sig to each of pids that still exists.
+func (c *Cluster) signalPids(t testing.TB, pids []int, sig syscall.Signal) {
 	t.Helper()
-	for _, pid := range c.processes() {
+	for _, pid := range pids {
 		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			t.Fatalf("pgtest: signal %v to %d: %v", sig, pid, err)
 		}
 	}
+}
+
+// anyAlive reports whether any of pids is a process that has not exited
+// (a zombie has: it holds no memory and no port).
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if state, _, ok := procStat(pid); ok && state != "Z" {
+			return true
+		}
+	}
+	return false
+}
+
+// procStat returns the state and the parent's pid of process pid, from
+// /proc; ok is false when there is no such process.
+func procStat(pid int) (state string, ppid int, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", 0, false
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// spaces: state, then the parent's pid.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 2 {
+		return "", 0, false
+	}
+	ppid, _ = strconv.Atoi(fields[1])
+	return fields[0], ppid, true
 }
 
 // processes returns the postmaster's pid (if it runs) followed by those of
@@ -395,14 +458,7 @@ func (c *Cluster) processes() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The fields after the command, which is in parentheses and may
-		// hold spaces: state, then the parent's pid.
-		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pm) {
+		if _, ppid, ok := procStat(pid); ok && ppid == pm {
 			pids = append(pids, pid)
 		}
 	}

@@ -4,6 +4,7 @@ package pgtest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -106,5 +108,53 @@ func TestKilledBinaryLeavesNoServer(t *testing.T) {
 	removeOrphans()
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the killed binary's directory %s is still there: %v", dir, err)
+	}
+}
+
+// TestKillWhileConnecting: the server is killed while clients open
+// connections as fast as they can, so the postmaster is forking backends at
+// the moment of the kill, and started again at once. Each start succeeds:
+// no backend forked around the kill outlives it holding the shared memory.
+// Pause and Resume under the same flood leave no backend running.
+func TestKillWhileConnecting(t *testing.T) {
+	c := NewCluster(t, ClusterOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				cctx, ccancel := context.WithTimeout(ctx, time.Second)
+				if conn, err := c.Connect(cctx); err == nil {
+					conn.Close(cctx)
+				}
+				ccancel()
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for round := range 10 {
+		time.Sleep(50 * time.Millisecond)
+		c.Pause(t)
+		running := func() (running []string) {
+			for _, pid := range c.processes() {
+				if state, _, ok := procStat(pid); ok && state != "T" && state != "Z" {
+					running = append(running, fmt.Sprintf("%d (%s)", pid, state))
+				}
+			}
+			return running
+		}
+		// A stop signal takes effect when its process is next scheduled.
+		for deadline := time.Now().Add(5 * time.Second); len(running()) > 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				c.Resume(t)
+				t.Fatalf("round %d: processes of the paused server still run: %v", round, running())
+			}
+		}
+		c.Resume(t)
+		time.Sleep(50 * time.Millisecond)
+		c.Kill(t)
+		c.Start(t)
 	}
 }
