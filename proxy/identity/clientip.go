@@ -159,7 +159,8 @@ func (tp TrustedProxies) ClientIP(remoteAddr string, h http.Header) netip.Addr {
 func parseHost(s string) (netip.Addr, bool) {
 	host := s
 	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
+		// The last bracket, as net/netip reads it: a zone may hold one.
+		end := strings.LastIndexByte(s, ']')
 		if end < 0 {
 			return netip.Addr{}, false
 		}
