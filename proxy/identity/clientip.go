@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -182,17 +183,12 @@ func parseHost(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// validPort reports whether s is ":" followed by a decimal port number.
+// validPort reports whether s is ":" followed by a decimal port number, as
+// net/netip reads one: leading zeros allowed.
 func validPort(s string) bool {
-	if len(s) < 2 || len(s) > 6 || s[0] != ':' {
+	if len(s) < 2 || s[0] != ':' {
 		return false
 	}
-	n := 0
-	for _, c := range []byte(s[1:]) {
-		if c < '0' || c > '9' {
-			return false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n <= 65535
+	_, err := strconv.ParseUint(s[1:], 10, 16)
+	return err == nil
 }
