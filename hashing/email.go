@@ -73,14 +73,24 @@ func CanonicalText(s string) (string, error) {
 //  1. CanonicalText: leading and trailing Unicode White_Space are trimmed,
 //     and a value that is not valid UTF-8 or still holds a control or format
 //     character is refused with its error (see CanonicalText for why).
-//  2. Unicode NFKC. It maps compatibility characters to their plain forms:
-//     fullwidth letters and "＠" (U+FF20) become ASCII, and compatibility
-//     spaces such as NBSP (U+00A0) or the ideographic space (U+3000) become
-//     U+0020.
-//  3. Lower-casing with Unicode simple case mapping (strings.ToLower), after
-//     NFKC so that the letters NFKC produced are lowered too (fullwidth "Ｖ"
-//     becomes "V", then "v"). If lowering left the string outside NFKC, it
-//     is normalised again.
+//  2. Unicode NFKC, with the letters lowered in between its decomposition
+//     and its composition. NFKC maps compatibility characters to their plain
+//     forms: fullwidth letters and "＠" (U+FF20) become ASCII, and
+//     compatibility spaces such as NBSP (U+00A0) or the ideographic space
+//     (U+3000) become U+0020. Lowering the decomposed value lowers the
+//     letters NFKC produces too (fullwidth "Ｖ" becomes "V", then "v"), and
+//     sees every letter apart from its marks.
+//  3. Lower-casing, each letter to the lower case of its upper case
+//     (Unicode simple case mappings). Lowering the upper case, rather than
+//     the letter itself, also merges the lower-case letters that share an
+//     upper case, as a comparison that ignores case does (Java's
+//     equalsIgnoreCase, Go's strings.EqualFold): final sigma "ς" and "σ"
+//     (both "Σ"), dotless "ı" and "i" (both "I"). A dot above on a letter
+//     that already has its dot (i, j) is dropped, so "İ", which lowers to
+//     "i" in Go and to "i" with a dot above in Java, JavaScript and Python,
+//     is "i" however it was lowered or normalised.
+//     Steps 2 and 3 repeat until the value no longer changes, because
+//     composition can make what lowering must see again (and the reverse).
 //  4. Trimming of leading and trailing White_Space once more, because some
 //     characters decompose into a space followed by a combining mark (U+00B4
 //     ACUTE ACCENT), so the value is only stable once that space is gone.
@@ -105,12 +115,50 @@ func CanonicalEmail(s string) (string, error) {
 	if emailIsASCII(s) {
 		return strings.ToLower(s), nil
 	}
-	s = norm.NFKC.String(s)
-	s = strings.ToLower(s)
-	if !norm.NFKC.IsNormalString(s) {
-		s = norm.NFKC.String(s)
+	// The second round finds nothing left to change for every input
+	// FuzzCanonicalEmail has tried; the bound is a guard.
+	for range 4 {
+		next := norm.NFKC.String(lowerDecomposed(norm.NFKD.String(s)))
+		if next == s {
+			break
+		}
+		s = next
 	}
 	return strings.TrimFunc(s, unicode.IsSpace), nil
+}
+
+// lowerDecomposed lowers the letters of the decomposed value s (see
+// lowerOfUpper) and drops a dot above (U+0307) from a letter that already
+// has its dot: a Soft_Dotted base such as i or j.
+func lowerDecomposed(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	softDotted := false // the current base letter is Soft_Dotted
+	for _, r := range s {
+		switch {
+		case r == '\u0307' && softDotted:
+			continue
+		case unicode.Is(unicode.M, r):
+			b.WriteRune(lowerOfUpper(r))
+		default:
+			r = lowerOfUpper(r)
+			softDotted = unicode.Is(unicode.Soft_Dotted, r)
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// lowerOfUpper maps r to the lower case of its upper case; a combining
+// mark only to its lower case. (U+0345, the one mark with an upper case,
+// upper-cases to a letter, U+0399; lowered, that would be a letter after
+// its base rather than a mark on it, and NFKC could no longer compose it:
+// "ή" followed by U+0345 would then differ from its composed form "ῄ".)
+func lowerOfUpper(r rune) rune {
+	if unicode.Is(unicode.Mn, r) {
+		return unicode.ToLower(r)
+	}
+	return unicode.ToLower(unicode.ToUpper(r))
 }
 
 // emailIsASCII reports whether s is entirely ASCII.
