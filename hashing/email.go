@@ -127,9 +127,13 @@ func CanonicalEmail(s string) (string, error) {
 	return strings.TrimFunc(s, unicode.IsSpace), nil
 }
 
-// lowerDecomposed lowers the letters of the decomposed value s (see
-// lowerOfUpper) and drops a dot above (U+0307) from a letter that already
-// has its dot: a Soft_Dotted base such as i or j.
+// lowerDecomposed lowers the decomposed value s: each character to the
+// lower case of its upper case, a combining mark only to its lower case,
+// and drops a dot above (U+0307) from a letter that already has its dot (a
+// Soft_Dotted base such as i or j). U+0345, the one mark with an upper
+// case, upper-cases to a letter (U+0399); lowered, that would be a letter
+// after its base rather than a mark on it, and NFKC could no longer compose
+// it: "ή" followed by U+0345 would differ from its composed form "ῄ".
 func lowerDecomposed(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
@@ -139,26 +143,14 @@ func lowerDecomposed(s string) string {
 		case r == '\u0307' && softDotted:
 			continue
 		case unicode.Is(unicode.M, r):
-			b.WriteRune(lowerOfUpper(r))
+			b.WriteRune(unicode.ToLower(r))
 		default:
-			r = lowerOfUpper(r)
+			r = unicode.ToLower(unicode.ToUpper(r))
 			softDotted = unicode.Is(unicode.Soft_Dotted, r)
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
-}
-
-// lowerOfUpper maps r to the lower case of its upper case; a combining
-// mark only to its lower case. (U+0345, the one mark with an upper case,
-// upper-cases to a letter, U+0399; lowered, that would be a letter after
-// its base rather than a mark on it, and NFKC could no longer compose it:
-// "ή" followed by U+0345 would then differ from its composed form "ῄ".)
-func lowerOfUpper(r rune) rune {
-	if unicode.Is(unicode.Mn, r) {
-		return unicode.ToLower(r)
-	}
-	return unicode.ToLower(unicode.ToUpper(r))
 }
 
 // emailIsASCII reports whether s is entirely ASCII.
