@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
@@ -533,6 +534,54 @@ func TestExecModes(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestProbeWarmsThePool: once a probe has passed, on a pool configured as
+// the gateway configures it, the pool holds at least the batcher's
+// connections plus one, and every one of them has the decide statement
+// prepared and has run it (its server process has compiled and planned
+// the function): the first decisions after readiness pay for none of it.
+// The end-to-end test (TestFaultColdStartUnderLoad in the root package)
+// sees a cold pool only as latency, which a loaded machine blurs; this
+// sees it directly.
+func TestProbeWarmsThePool(t *testing.T) {
+	db := pgtest.New(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	if err := postgres.ConfigurePool(cfg, postgres.Options{Schema: db.Schema}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	open(t, db, pool, nil)
+
+	conns := pool.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	if want := postgres.DefaultMaxInFlight + 1; len(conns) < want {
+		t.Fatalf("%d idle connections after the probe, want at least %d", len(conns), want)
+	}
+	for i, c := range conns {
+		var runs int64
+		if err := c.QueryRow(ctx, `SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements
+			WHERE statement LIKE '%.decide(%' AND statement NOT LIKE '%pg_prepared_statements%'`,
+			pgx.QueryExecModeSimpleProtocol).Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if runs == 0 {
+			t.Errorf("connection %d of %d: the decide statement is not prepared or has never run", i+1, len(conns))
+		}
 	}
 }
 
