@@ -8,7 +8,9 @@ package proctest
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -16,15 +18,75 @@ import (
 	"time"
 )
 
-// FreePort returns a loopback port that nothing listens on now.
+// FreePort returns a loopback port that nothing listens on now and that
+// this process has not returned before.
+//
+// The port is taken from below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), not from it: a program is often given
+// its port seconds before it binds it (sluice opens its public port once
+// its store is ready), and an ephemeral port may meanwhile become the
+// local end of any outgoing connection on the machine (the gateways' own
+// connections to Postgres) or the port of a listener bound to port 0,
+// which then makes the program's bind fail with "address already in use"
+// and sends its traffic to someone else.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.handed == nil {
+		ports.handed = map[int]bool{}
+		ports.lo, ports.hi = portRange()
+		if ports.hi > ports.lo {
+			ports.next = ports.lo + rand.IntN(ports.hi-ports.lo) // other test processes start elsewhere
+		}
+	}
+	for range ports.hi - ports.lo {
+		p := ports.next
+		if ports.next++; ports.next >= ports.hi {
+			ports.next = ports.lo
+		}
+		if ports.handed[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // taken
+		}
+		l.Close()
+		ports.handed[p] = true
+		return p
+	}
+	// No range below the ephemeral one, or all of it taken: let the
+	// kernel choose.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ports is FreePort's state: the range it hands ports out of, where it
+// goes on, and what it has handed out.
+var ports struct {
+	sync.Mutex
+	lo, hi, next int
+	handed       map[int]bool
+}
+
+// portRange returns [lo, hi): the 10,000 ports below the kernel's
+// ephemeral range, or an empty range when that cannot be read or has no
+// room below it.
+func portRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if n, _ := fmt.Sscan(string(b), &first, &last); n != 2 || first < 11024 {
+		return 0, 0
+	}
+	return first - 10000, first
 }
 
 // FreeAddr returns 127.0.0.1:port for a FreePort.
