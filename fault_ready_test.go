@@ -26,9 +26,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
 // readyz returns the status of the gateway's /readyz.

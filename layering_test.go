@@ -30,7 +30,7 @@ var layers = map[string][]string{
 	"internal/httpserve": nil,
 	// Test and measurement support.
 	"internal/proctest": nil,
-	"migrations/pgtest": {"internal/proctest", "limiter/postgres"},
+	"internal/pgtest":   {"internal/proctest", "limiter/postgres"},
 	"deploy":            nil,
 	"bench":             {"hashing", "limiter", "limiter/postgres", "policy"},
 	"bench/baseline":    {"internal/httpserve", "proxy"},

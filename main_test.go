@@ -16,8 +16,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
 func TestCheckConfig(t *testing.T) {

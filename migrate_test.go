@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestMigrateNeedsOnlyTheDatabase: `sluice migrate` runs with nothing but

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // quickstartSkip marks a shell block of the Quickstart that TestQuickstart

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
 func TestValidateSchema(t *testing.T) {

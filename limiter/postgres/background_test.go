@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations"
-	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
 func keys(t *testing.T, db *pgtest.DB) map[string]bool {

@@ -3,10 +3,10 @@ package postgres_test
 import (
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/limiter/storetest"
-	"github.com/sluicehq/sluice/migrations/pgtest"
 )
 
 // TestConformance runs the shared store suites with the database clock

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestOverridesListAcrossInstances: an instance lists the overrides set

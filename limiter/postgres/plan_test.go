@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestPlansOutliveAnEmptyTable: the decide function's statements are
