@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -175,6 +176,24 @@ func TestRedisLimits(t *testing.T) {
 	} {
 		if got, err := redisLimits(bad); err == nil {
 			t.Errorf("redisLimits(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// The harness finds its own module and, through its go.mod's replace, the
+// repository's sluice, which it builds and measures.
+func TestModuleDirs(t *testing.T) {
+	harness, product, err := moduleDirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, module := range map[string]string{harness: "github.com/sluicehq/sluice/bench", product: "github.com/sluicehq/sluice"} {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, _, _ := strings.Cut(string(b), "\n"); first != "module "+module {
+			t.Errorf("%s/go.mod starts %q, want module %s", dir, first, module)
 		}
 	}
 }

@@ -34,7 +34,7 @@ import (
 // per decision, and prints one Markdown table. See bench/README.md, "Fleet
 // capacity".
 //
-//	go run ./bench fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-warmup 2s] [-duration 5s]
+//	go -C bench run . fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-warmup 2s] [-duration 5s]
 
 // fleetOptions are the fleet's flags.
 type fleetOptions struct {
@@ -107,7 +107,7 @@ func parseFleetFlags(args []string) (fleetOptions, error) {
 	return o, nil
 }
 
-// runFleet is `go run ./bench fleet`: it prints the table when fleet
+// runFleet is `go -C bench run . fleet`: it prints the table when fleet
 // succeeds.
 func runFleet(ctx context.Context, opts fleetOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, opts.deadline)

@@ -7,9 +7,9 @@
 // throughput, latency, ratios to the baseline, Postgres transactions per
 // decision and allowed/denied counts. See bench/README.md.
 //
-//	go run ./bench [-database-url URL] [-redis-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
-//	go run ./bench soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
-//	go run ./bench fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-duration 5s]
+//	go -C bench run . [-database-url URL] [-redis-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
+//	go -C bench run . soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
+//	go -C bench run . fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-duration 5s]
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
@@ -194,10 +194,6 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	if err != nil {
 		return err
 	}
-	root, err := repoRoot()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "sluice-bench-")
 	if err != nil {
 		return err
@@ -208,10 +204,8 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	defer b.procs.stopAll()
 
 	fmt.Fprintln(progress, "building sluice, baseline, Redis peer and upstream…")
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./bench/baseline", "./bench/redis", "./bench/upstream")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+	if err := buildAll(ctx, dir); err != nil {
+		return err
 	}
 
 	redisVersion := "Redis not used"
@@ -291,18 +285,51 @@ func (b *bench) startHelpers(ctx context.Context) error {
 	return waitReady(ctx, base, b.baseline+benchPath)
 }
 
-// repoRoot is the directory of sluice's go.mod, wherever the harness is
-// started from inside the module.
-func repoRoot() (string, error) {
+// buildAll builds sluice, in its own module as users build it, and the
+// harness's baseline, Redis peer and upstream, in the harness's module,
+// into dir: dir/sluice, dir/baseline, dir/redis and dir/upstream.
+func buildAll(ctx context.Context, dir string) error {
+	harness, product, err := moduleDirs()
+	if err != nil {
+		return err
+	}
+	dest := dir + string(filepath.Separator)
+	for _, b := range []struct {
+		dir  string
+		pkgs []string
+	}{
+		{product, []string{"."}},
+		{harness, []string{"./baseline", "./redis", "./upstream"}},
+	} {
+		build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dest}, b.pkgs...)...)
+		build.Dir = b.dir
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build in %s: %w\n%s", b.dir, err, out)
+		}
+	}
+	return nil
+}
+
+// moduleDirs returns the directory of the harness's go.mod, wherever
+// inside that module the harness is started, and that of the sluice it
+// measures: the module its go.mod replaces sluice's with (the repository's
+// root).
+func moduleDirs() (harness, product string, err error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	mod := strings.TrimSpace(string(out))
 	if mod == "" || mod == os.DevNull {
-		return "", errors.New("run the harness from inside sluice's module (go run ./bench)")
+		return "", "", errors.New("run the harness from inside its module (go -C bench run . at the repository's root)")
 	}
-	return filepath.Dir(mod), nil
+	harness = filepath.Dir(mod)
+	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice")
+	list.Dir = harness
+	if out, err = list.Output(); err != nil {
+		return "", "", fmt.Errorf("go list -m github.com/sluicehq/sluice in %s: %w", harness, err)
+	}
+	return harness, strings.TrimSpace(string(out)), nil
 }
 
 // machine describes the CPU the run had, for the README.

@@ -31,7 +31,7 @@ import (
 // Markdown table: what it shows is whether anything grows that should
 // not. The one-minute version is a test (limiter/postgres TestSoak).
 //
-//	go run ./bench soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
+//	go -C bench run . soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
 
 // soakOptions are the soak's flags.
 type soakOptions struct {

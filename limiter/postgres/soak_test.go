@@ -21,7 +21,7 @@ import (
 // on the database's clock, with Run's cleanup every five seconds. The counters table never
 // holds more than the keys of the last cleanup period and a few windows,
 // and the process's heap after a collection is flat once warm. The hour
-// long version is `go run ./bench -soak 1h`.
+// long version is `go -C bench run . soak -duration 1h`.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute long")
