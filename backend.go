@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/postgres"
-	"github.com/sluicehq/sluice/proxy"
 )
 
 // backend is the store the settings ask for, with everything the gateway
@@ -22,7 +22,7 @@ import (
 // metrics. Only newBackend knows which store it is.
 type backend struct {
 	store limiter.Store
-	keys  proxy.KeyStore
+	keys  admin.KeyStore
 	// breaker guards the store and says whether it is ready; nil for the
 	// memory store, which is always ready.
 	breaker *limiter.CircuitBreaker

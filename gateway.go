@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
@@ -135,7 +136,7 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 	g.reloads = newReloadsCounter(reg)
 	g.public = proxy.NewServer(px, cfg.timeouts)
 	g.public.ErrorLog = zap.NewStdLog(log)
-	g.admin = proxy.NewServer(proxy.NewAdmin(proxy.AdminConfig{
+	g.admin = proxy.NewServer(admin.NewHandler(admin.Config{
 		Policy: px.Policy, Ready: be.ready, Gatherer: reg,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
 	}), adminTimeouts(cfg.timeouts))

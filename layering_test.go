@@ -22,10 +22,11 @@ var layers = map[string][]string{
 	"limiter/memory":    {"limiter", "policy"},
 	"limiter/postgres":  {"limiter", "policy", "migrations"},
 	"limiter/storetest": {"limiter", "policy"},
-	// HTTP: identities from requests, then the proxy and the admin API,
-	// which see the limiter and never a particular store.
+	// HTTP: identities from requests, then the proxy and the admin
+	// listener, which see the limiter and never a particular store.
 	"proxy/identity": {"hashing"},
 	"proxy":          {"hashing", "limiter", "policy", "proxy/identity"},
+	"admin":          {"hashing", "limiter", "policy", "proxy"},
 	// Serving a small server until a context ends.
 	"internal/httpserve": nil,
 	// Test and measurement support.
@@ -37,7 +38,7 @@ var layers = map[string][]string{
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
 	// main wires everything.
-	"": {"hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+	"": {"admin", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
 }
 
 // modules are the directories of sluice's modules: the product, and the

@@ -96,7 +96,7 @@ func replay(t *testing.T, g *testGateway, up *upstream, attacks []attack) {
 				if res.Header.Get("Content-Type") != "application/problem+json" {
 					t.Errorf("Content-Type %q, want application/problem+json", res.Header.Get("Content-Type"))
 				}
-				var p problem
+				var p Problem
 				if err := json.Unmarshal([]byte(body), &p); err != nil || p.Status != a.status || p.Detail == "" {
 					t.Errorf("problem body %s (%v)", body, err)
 				}

@@ -4,8 +4,13 @@
 // upstream.
 //
 // Request hygiene (hop-by-hop and spoofable headers, buffered bodies),
-// forwarding, the wire format of responses and the admin API live here;
-// reading identifiers from a request lives in the identity sub-package.
+// forwarding, the listeners' servers and the wire format of responses
+// (rate-limit headers, and problem+json, which the admin API shares) live
+// here; reading identifiers from a request lives in the identity
+// sub-package, the admin listener in package admin.
+//
+// It sees the limiter and never a particular store: it must not import
+// limiter/memory or limiter/postgres, nor admin or gateway, which use it.
 package proxy
 
 import (
@@ -169,7 +174,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	canonical, err := policy.CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
-		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
+		WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
 		return
 	}
 	st.path = canonical
@@ -202,10 +207,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := p.bufferBody(r, need)
 	if err != nil {
 		if errors.Is(err, errBodyTooLarge) {
-			writeProblem(w, problem{Status: http.StatusRequestEntityTooLarge, Detail: "request body is larger than " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes"})
+			WriteProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Detail: "request body is larger than " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes"})
 			return
 		}
-		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "the request body could not be read whole (malformed chunked framing, or fewer bytes than its Content-Length)"})
+		WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "the request body could not be read whole (malformed chunked framing, or fewer bytes than its Content-Length)"})
 		return
 	}
 	var buffered []byte
@@ -221,7 +226,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if override {
 		m, err := st.ident.Method()
 		if err != nil {
-			writeProblem(w, problem{Status: http.StatusBadRequest, Detail: err.Error()})
+			WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: err.Error()})
 			return
 		}
 		if m != "" && m != method {
@@ -239,7 +244,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, rule := range st.rules {
 		key, err := p.key(r, &st.ident, rule, client, &ipKey)
 		if err != nil {
-			writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "rule '" + rule.Name + "': " + err.Error()})
+			WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "rule '" + rule.Name + "': " + err.Error()})
 			return
 		}
 		st.checks = append(st.checks, limiter.Check{Rule: rule, Key: key})
@@ -263,8 +268,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				limit:     res.Limit,
 				window:    res.Window,
 				remaining: res.Remaining,
-				resetIn:   ceilSeconds(res.ResetAfter),
-				resetAt:   ceilUnix(res.Reset),
+				resetIn:   CeilSeconds(res.ResetAfter),
+				resetAt:   CeilUnix(res.Reset),
 			})
 		}
 		st.upstream = p.forward(w, r, match, p.rp)
@@ -321,7 +326,7 @@ func (p *Proxy) tooMany(w http.ResponseWriter, checks []limiter.Check, out *limi
 		violated = []string{checks[worst].Rule.Name}
 	}
 	res := &out.Results[worst]
-	retry := max(ceilSeconds(res.RetryAfter), 1)
+	retry := max(CeilSeconds(res.RetryAfter), 1)
 	name := checks[worst].Rule.Name
 	h := w.Header()
 	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
@@ -332,9 +337,9 @@ func (p *Proxy) tooMany(w http.ResponseWriter, checks []limiter.Check, out *limi
 		remaining: 0,
 		resetIn:   retry,
 		// The store's clock at the decision, plus the wait.
-		resetAt: ceilUnix(res.Reset.Add(-res.ResetAfter).Add(time.Duration(retry) * time.Second)),
+		resetAt: CeilUnix(res.Reset.Add(-res.ResetAfter).Add(time.Duration(retry) * time.Second)),
 	})
-	writeProblem(w, problem{
+	WriteProblem(w, Problem{
 		Type:             quotaExceededType,
 		Status:           http.StatusTooManyRequests,
 		Detail:           fmt.Sprintf("rate limit '%s' exceeded, retry in %d s", name, retry),
@@ -345,22 +350,13 @@ func (p *Proxy) tooMany(w http.ResponseWriter, checks []limiter.Check, out *limi
 
 // unavailable answers 503 when a fail=closed rule could not be decided.
 func (p *Proxy) unavailable(w http.ResponseWriter, out *limiter.Outcome) {
-	retry := max(ceilSeconds(out.RetryAfter), 1)
+	retry := max(CeilSeconds(out.RetryAfter), 1)
 	w.Header()["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
-	writeProblem(w, problem{
+	WriteProblem(w, Problem{
 		Status:     http.StatusServiceUnavailable,
 		Detail:     "the rate limiter cannot decide right now; retry shortly",
 		RetryAfter: retry,
 	})
-}
-
-// ceilUnix is t in Unix seconds, rounded up.
-func ceilUnix(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() > 0 {
-		s++
-	}
-	return s
 }
 
 // forward sends r to its upstream and returns how long that took.
@@ -433,7 +429,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		err = ue.Err
 	}
 	p.log.Warn("upstream request failed", zap.Error(err))
-	writeProblem(w, problem{Status: http.StatusBadGateway, Detail: "the upstream could not be reached"})
+	WriteProblem(w, Problem{Status: http.StatusBadGateway, Detail: "the upstream could not be reached"})
 }
 
 // routeKey carries the chosen route from ServeHTTP to rewrite.

@@ -536,7 +536,7 @@ func TestAmbiguousAndOversizedBodies(t *testing.T) {
 			if res.Header.Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("Content-Type %q", res.Header.Get("Content-Type"))
 			}
-			var p problem
+			var p Problem
 			if err := json.Unmarshal(body, &p); err != nil || p.Status != tc.want || p.Detail == "" || strings.Contains(p.Detail, "@x.io") {
 				t.Fatalf("problem body %s (%v)", body, err)
 			}

@@ -127,7 +127,7 @@ func serverErrorDetail(code int, detail string) string {
 // problemResponse is a whole HTTP/1.1 response carrying the problem
 // details of code, after which the connection closes.
 func problemResponse(code int, detail string) []byte {
-	body, err := json.Marshal(problem{Type: "about:blank", Title: statusTitle(code), Status: code, Detail: detail})
+	body, err := json.Marshal(Problem{Type: "about:blank", Title: statusTitle(code), Status: code, Detail: detail})
 	if err != nil { // strings and ints always marshal
 		panic(err)
 	}

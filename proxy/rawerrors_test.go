@@ -57,7 +57,7 @@ func TestProblemListener(t *testing.T) {
 			if res.StatusCode != tc.status || res.Header.Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("%d %q, want %d application/problem+json: %s", res.StatusCode, res.Header.Get("Content-Type"), tc.status, body)
 			}
-			var p problem
+			var p Problem
 			if err := json.Unmarshal([]byte(body), &p); err != nil || p.Status != tc.status || p.Title != statusTitle(tc.status) || p.Type != "about:blank" || p.Detail != tc.detail {
 				t.Fatalf("body %s (%v), want status %d and detail %q", body, err, tc.status, tc.detail)
 			}
@@ -133,7 +133,7 @@ func FuzzParseServerError(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pb problem
+		var pb Problem
 		if err := json.NewDecoder(res.Body).Decode(&pb); err != nil || res.StatusCode != code || pb.Status != code {
 			t.Fatalf("response %d, body %+v, %v", res.StatusCode, pb, err)
 		}

@@ -108,16 +108,30 @@ func (h HeaderFamilies) set(hdr http.Header, q quota) {
 // dropped so a client never sees two answers.
 var rateLimitHeaders = []string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
 
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
+// CeilSeconds is d in whole seconds, rounded up: how every response of
+// sluice's (the rate-limit headers, Retry-After, problem bodies, the admin
+// API) shows a time to wait, so that a client that waits that long is never
+// early.
+func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// problem is an RFC 9457 problem details body.
-type problem struct {
+// CeilUnix is t in Unix seconds, rounded up, as CeilSeconds rounds a
+// duration.
+func CeilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// Problem is an RFC 9457 problem details body: every error sluice sends,
+// on any listener, is one.
+type Problem struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title"`
 	Status           int      `json:"status"`
@@ -128,8 +142,12 @@ type problem struct {
 
 const quotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-// writeProblem writes p as application/problem+json with p.Status.
-func writeProblem(w http.ResponseWriter, p problem) {
+// WriteProblem writes p as application/problem+json with p.Status, never
+// to be stored by a cache. An empty Type is about:blank and an empty Title
+// the status's name (RFC 9110's, where Go's differs). It is the one way
+// sluice's handlers, on the public listener and the admin listener, answer
+// an error.
+func WriteProblem(w http.ResponseWriter, p Problem) {
 	if p.Type == "" {
 		p.Type = "about:blank"
 	}

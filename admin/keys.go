@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // KeyStore is what the admin API needs from the store behind the limiter.
@@ -32,8 +33,8 @@ type KeyStore interface {
 	Overrides(ctx context.Context) ([]limiter.Override, error)
 }
 
-// adminAPI serves /v1/keys and /v1/overrides.
-type adminAPI struct {
+// keysAPI serves /v1/keys and /v1/overrides.
+type keysAPI struct {
 	policy func() *policy.Policy // the rules in force
 	store  KeyStore
 	hasher *hashing.Hasher
@@ -48,15 +49,15 @@ var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.B
 // A "by global" rule needs no identity. Any identity kind is accepted for
 // any rule, so the IP counters that stand in for a missing identifier can
 // be read and reset too.
-func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
+func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	q := r.URL.Query()
 	name := q.Get("rule")
 	if name == "" {
-		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "query parameter rule is required"}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter rule is required"}
 	}
 	rule, ok := a.policy().Lookup(name)
 	if !ok {
-		return limiter.Check{}, &problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s'", name)}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s'", name)}
 	}
 	var given []string
 	var kind policy.IdentityKind
@@ -65,24 +66,24 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 		if vs, ok := q[k.String()]; ok {
 			given = append(given, k.String())
 			if len(vs) != 1 {
-				return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", k)}
+				return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", k)}
 			}
 			kind, value = k, vs[0]
 		}
 	}
 	switch {
 	case len(given) > 1:
-		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant or header, got " + strings.Join(given, ", ")}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant or header, got " + strings.Join(given, ", ")}
 	case len(given) == 0 && rule.Identity.Kind == policy.ByGlobal:
 		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal.String(), "")}, nil
 	case len(given) == 0:
-		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts by %s: give %s=", name, rule.Identity.Kind, identityParam(rule.Identity.Kind))}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts by %s: give %s=", name, rule.Identity.Kind, identityParam(rule.Identity.Kind))}
 	}
 	switch kind {
 	case policy.ByIP:
 		addr, err := netip.ParseAddr(value)
 		if err != nil {
-			return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "ip: not an IP address"}
+			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "ip: not an IP address"}
 		}
 		value = hashing.IPGroup(addr.Unmap())
 	case policy.ByEmail:
@@ -90,18 +91,18 @@ func (a *adminAPI) target(r *http.Request) (limiter.Check, *problem) {
 		// such key to show or reset.
 		v, err := hashing.CanonicalEmail(value)
 		if err != nil {
-			return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: "email: " + err.Error()}
+			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "email: " + err.Error()}
 		}
 		value = v
 	case policy.ByTenant, policy.ByHeader:
 		v, err := hashing.CanonicalText(value)
 		if err != nil {
-			return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: given[0] + ": " + err.Error()}
+			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: given[0] + ": " + err.Error()}
 		}
 		value = v
 	}
 	if value == "" {
-		return limiter.Check{}, &problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}
 	}
 	return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
 }
@@ -124,15 +125,15 @@ type keyJSON struct {
 	ResetAfter int64  `json:"reset_after"` // seconds
 }
 
-func (a *adminAPI) getKey(w http.ResponseWriter, r *http.Request) {
+func (a *keysAPI) getKey(w http.ResponseWriter, r *http.Request) {
 	c, prob := a.target(r)
 	if prob != nil {
-		writeProblem(w, *prob)
+		proxy.WriteProblem(w, *prob)
 		return
 	}
 	res, err := a.store.Peek(r.Context(), c)
 	if err != nil {
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
 		return
 	}
 	// Remaining is the room for one more request of the rule's cost; the
@@ -143,26 +144,26 @@ func (a *adminAPI) getKey(w http.ResponseWriter, r *http.Request) {
 		Window:     policy.FormatWindow(res.Window),
 		Count:      max(res.Limit-res.Remaining, 0),
 		Remaining:  res.Remaining,
-		Reset:      ceilUnix(res.Reset),
-		ResetAfter: ceilSeconds(res.ResetAfter),
+		Reset:      proxy.CeilUnix(res.Reset),
+		ResetAfter: proxy.CeilSeconds(res.ResetAfter),
 	})
 }
 
 // write serves a write on one key (guard has checked the token): change
 // makes it, and a store error becomes a 503.
-func (a *adminAPI) write(w http.ResponseWriter, r *http.Request, change func(c limiter.Check) (any, *problem, error)) {
+func (a *keysAPI) write(w http.ResponseWriter, r *http.Request, change func(c limiter.Check) (any, *proxy.Problem, error)) {
 	c, prob := a.target(r)
 	if prob != nil {
-		writeProblem(w, *prob)
+		proxy.WriteProblem(w, *prob)
 		return
 	}
 	body, prob, err := change(c)
 	switch {
 	case prob != nil:
-		writeProblem(w, *prob)
+		proxy.WriteProblem(w, *prob)
 		return
 	case err != nil:
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
 		return
 	}
 	if body == nil {
@@ -172,14 +173,14 @@ func (a *adminAPI) write(w http.ResponseWriter, r *http.Request, change func(c l
 	writeJSON(w, http.StatusOK, body)
 }
 
-func (a *adminAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
-	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
+func (a *keysAPI) deleteKey(w http.ResponseWriter, r *http.Request) {
+	a.write(w, r, func(c limiter.Check) (any, *proxy.Problem, error) {
 		return nil, nil, a.store.Reset(r.Context(), c)
 	})
 }
 
-func (a *adminAPI) deleteOverride(w http.ResponseWriter, r *http.Request) {
-	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
+func (a *keysAPI) deleteOverride(w http.ResponseWriter, r *http.Request) {
+	a.write(w, r, func(c limiter.Check) (any, *proxy.Problem, error) {
 		return nil, nil, a.store.DeleteOverride(r.Context(), c)
 	})
 }
@@ -190,23 +191,23 @@ type overrideJSON struct {
 	Window string `json:"window"`
 }
 
-func (a *adminAPI) putOverride(w http.ResponseWriter, r *http.Request) {
-	a.write(w, r, func(c limiter.Check) (any, *problem, error) {
+func (a *keysAPI) putOverride(w http.ResponseWriter, r *http.Request) {
+	a.write(w, r, func(c limiter.Check) (any, *proxy.Problem, error) {
 		var body overrideJSON
 		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {
-			return nil, &problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()}, nil
+			return nil, &proxy.Problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()}, nil
 		}
 		window, err := policy.ParseWindow(body.Window)
 		if err != nil {
-			return nil, &problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
+			return nil, &proxy.Problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
 		}
 		// The store checks the override against its rule
 		// (limiter.ValidateOverride), for every way of setting one.
 		if err := a.store.SetOverride(r.Context(), c, body.Limit, window); err != nil {
 			if errors.Is(err, limiter.ErrInvalidOverride) {
-				return nil, &problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
+				return nil, &proxy.Problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
 			}
 			return nil, nil, err
 		}
@@ -227,16 +228,16 @@ type overrideItemJSON struct {
 // listOverrides serves GET /v1/overrides: every override, or those of one
 // rule with ?rule=. Overrides of a rule no longer in force are listed too:
 // they apply again if the rule comes back.
-func (a *adminAPI) listOverrides(w http.ResponseWriter, r *http.Request) {
+func (a *keysAPI) listOverrides(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if vs := q["rule"]; len(vs) > 1 {
-		writeProblem(w, problem{Status: http.StatusBadRequest, Detail: "query parameter rule given more than once"})
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter rule given more than once"})
 		return
 	}
 	rule := q.Get("rule")
 	all, err := a.store.Overrides(r.Context())
 	if err != nil {
-		writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
 		return
 	}
 	out := make([]overrideItemJSON, 0, len(all))

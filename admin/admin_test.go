@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"encoding/json"
@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/storetest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // adminFixture is a gateway and its admin listener on one memory store.
@@ -28,7 +29,8 @@ type adminFixture struct {
 
 func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	t.Helper()
-	up := newUpstream(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
 	pol, err := policy.Parse(rules)
 	if err != nil {
 		t.Fatal(err)
@@ -42,13 +44,13 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	}
 	h, _ := hashing.New([]byte("admin-test-key-0123"))
 	upURL, _ := url.Parse(up.URL)
-	p, err := New(Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}})
+	p, err := proxy.New(proxy.Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := httptest.NewServer(p)
 	t.Cleanup(pub.Close)
-	adm := httptest.NewServer(NewAdmin(AdminConfig{
+	adm := httptest.NewServer(NewHandler(Config{
 		Policy: p.Policy, Gatherer: prometheus.NewRegistry(),
 		Keys: mem, Hasher: h, Token: token,
 	}))
@@ -198,7 +200,7 @@ func TestAdminErrors(t *testing.T) {
 		{"PUT", "/v1/overrides?rule=login&ip=1.2.3.4", "x", `{"limit":1,"window":"1m"}`, 403, "admin writes are disabled: set SLUICE_ADMIN_TOKEN"},
 	} {
 		code, body := call(t, tc.method, f.admin.URL+tc.path, tc.token, tc.body)
-		var p problem
+		var p proxy.Problem
 		json.Unmarshal([]byte(body), &p)
 		if code != tc.code || p.Detail != tc.detail {
 			t.Errorf("%s %s: %d %q, want %d %q", tc.method, tc.path, code, p.Detail, tc.code, tc.detail)
@@ -216,7 +218,7 @@ func TestAdminErrors(t *testing.T) {
 		{`{"limit":5,"window":"1m","extra":1}`, `body: expected {"limit":N,"window":"1d"}: json: unknown field "extra"`},
 	} {
 		code, body := call(t, "PUT", g.admin.URL+"/v1/overrides?rule=login&ip=1.2.3.4", "t", tc.body)
-		var p problem
+		var p proxy.Problem
 		json.Unmarshal([]byte(body), &p)
 		if code != 400 || p.Detail != tc.detail {
 			t.Errorf("PUT %s: %d %q, want 400 %q", tc.body, code, p.Detail, tc.detail)

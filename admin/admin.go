@@ -1,4 +1,13 @@
-package proxy
+// Package admin is the admin listener's handler: liveness (/healthz),
+// readiness (/readyz), Prometheus metrics (/metrics) and the /v1 API (the
+// rules in force, counters and overrides by key) behind a bearer token.
+// The console and the stats of the admin listener belong here too.
+//
+// It is served on the admin listener only, never on the public one. It
+// sees the store through KeyStore and its readiness through a function:
+// it must not import limiter/memory, limiter/postgres or gateway. Errors
+// are written with proxy.WriteProblem, the one writer of problem+json.
+package admin
 
 import (
 	"crypto/subtle"
@@ -13,11 +22,12 @@ import (
 
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
 )
 
-// AdminConfig configures the admin handler.
-type AdminConfig struct {
-	// Policy returns the rules in force (Proxy.Policy); it is asked on
+// Config configures the admin handler.
+type Config struct {
+	// Policy returns the rules in force (proxy.Proxy.Policy); it is asked on
 	// every request, so a reload shows at once. Required.
 	Policy func() *policy.Policy
 	// Ready reports whether the store decides: nil when it does, or why it
@@ -34,9 +44,9 @@ type AdminConfig struct {
 	Token string
 }
 
-// NewAdmin returns the handler of the admin listener: /healthz, /readyz,
+// NewHandler returns the handler of the admin listener: /healthz, /readyz,
 // /metrics and the /v1 API. It must never be served on the public listener.
-func NewAdmin(cfg AdminConfig) http.Handler {
+func NewHandler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
@@ -44,7 +54,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Ready != nil {
 			if err := cfg.Ready(); err != nil {
-				writeProblem(w, problem{Status: http.StatusServiceUnavailable, Detail: err.Error()})
+				proxy.WriteProblem(w, proxy.Problem{Status: http.StatusServiceUnavailable, Detail: err.Error()})
 				return
 			}
 		}
@@ -57,7 +67,7 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy().Rules())})
 	}))
 	if cfg.Keys != nil {
-		api := &adminAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher}
+		api := &keysAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher}
 		mux.HandleFunc("GET /v1/keys", read(api.getKey))
 		mux.HandleFunc("DELETE /v1/keys", write(api.deleteKey))
 		mux.HandleFunc("GET /v1/overrides", read(api.listOverrides))
@@ -76,13 +86,13 @@ func guard(token string, write bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case token == "" && write:
-			writeProblem(w, problem{Status: http.StatusForbidden, Detail: "admin writes are disabled: set SLUICE_ADMIN_TOKEN"})
+			proxy.WriteProblem(w, proxy.Problem{Status: http.StatusForbidden, Detail: "admin writes are disabled: set SLUICE_ADMIN_TOKEN"})
 			return
 		case token != "":
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-				writeProblem(w, problem{Status: http.StatusUnauthorized, Detail: "a valid Authorization: Bearer token is required"})
+				proxy.WriteProblem(w, proxy.Problem{Status: http.StatusUnauthorized, Detail: "a valid Authorization: Bearer token is required"})
 				return
 			}
 		}
@@ -99,7 +109,7 @@ func writeText(w http.ResponseWriter, status int, s string) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		writeProblem(w, problem{Status: http.StatusInternalServerError, Detail: err.Error()})
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusInternalServerError, Detail: err.Error()})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
