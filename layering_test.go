@@ -37,8 +37,9 @@ var layers = map[string][]string{
 	"bench/baseline":    {"internal/httpserve", "proxy"},
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
-	// main wires everything.
-	"": {"admin", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+	// The gateway assembles everything; main only dispatches to it.
+	"gateway": {"admin", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+	"":        {"gateway"},
 }
 
 // modules are the directories of sluice's modules: the product, and the

@@ -9,23 +9,41 @@
 //	sluice healthcheck   probe the admin listener's /healthz, exit 0 or 1
 //	sluice demo-upstream serve a tiny demo API for the quickstart
 //	sluice --help        list the commands and every setting
+//
+// This file only dispatches: each command, and the assembly of a gateway
+// (settings, store, limiter, listeners, lifecycle, reloads), is in package
+// gateway.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/sluicehq/sluice/gateway"
+)
+
+// version and commit are set at link time by release builds and the
+// container image:
+//
+//	go build -ldflags "-X main.version=1.4.0 -X main.commit=$(git rev-parse HEAD)"
+//
+// Left empty, they come from the build information the Go toolchain
+// records in every binary (see gateway.Stamp). Nothing assigns them at run
+// time.
+var (
+	version string
+	commit  string
 )
 
 func main() {
 	// SIGHUP's default action ends the process. It reloads the rules once
-	// the gateway serves (gateway.serve asks for it again); until then, and
-	// for every other command, it is ignored rather than fatal.
+	// the gateway serves (gateway.Gateway.Run asks for it again); until
+	// then, and for every other command, it is ignored rather than fatal.
 	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], environ(), os.Stdout)
@@ -45,65 +63,29 @@ func run(ctx context.Context, args []string, env map[string]string, stdout io.Wr
 	}
 	switch {
 	case cmd == "demo-upstream" && len(args) == 2:
-		return demoUpstream(ctx, args[1], stdout)
+		return gateway.DemoUpstream(ctx, args[1], stdout)
 	case len(args) > 1:
 		return fmt.Errorf("%s takes no arguments, got %q", cmd, strings.Join(args[1:], " "))
 	}
+	stamp := gateway.Stamp{Version: version, Commit: commit}
 	switch cmd {
-	case "serve", "check-config":
+	case "serve":
+		return gateway.Serve(ctx, env, gateway.Options{Stamp: stamp})
+	case "check-config":
+		return gateway.CheckConfig(env, stdout)
 	case "migrate":
-		// Needs only the database and the schema: a migration job has
-		// nothing else of the gateway's configuration.
-		return migrateCmd(ctx, env, stdout)
+		return gateway.Migrate(ctx, env, stdout)
 	case "version", "--version", "-version":
-		return printVersion(stdout)
+		return gateway.Version(stdout, stamp)
 	case "healthcheck":
-		return healthcheck(ctx, env, stdout)
+		return gateway.Healthcheck(ctx, env, stdout)
 	case "demo-upstream":
-		return demoUpstream(ctx, "", stdout)
+		return gateway.DemoUpstream(ctx, "", stdout)
 	case "help", "-h", "--help", "-help":
-		return writeUsage(stdout)
+		return gateway.Help(stdout)
 	default:
 		return fmt.Errorf("unknown command %q: sluice --help lists the commands", cmd)
 	}
-
-	cfg, err := load(env)
-	if err != nil {
-		return err
-	}
-	switch cmd {
-	case "check-config":
-		return checkConfig(cfg, stdout)
-	}
-	return serve(ctx, cfg)
-}
-
-// checkConfig prints the parsed rules as a table.
-func checkConfig(cfg *config, stdout io.Writer) error {
-	store := "memory (per-instance, not durable)"
-	if cfg.databaseURL != "" {
-		store = "postgres, schema " + cfg.DBSchema
-	}
-	fmt.Fprintf(stdout, "configuration ok: upstream %s, store %s, %d rules\n\n", cfg.upstream.Redacted(), store, len(cfg.policy.Rules()))
-	return cfg.policy.WriteTable(stdout)
-}
-
-// migrate applies the migrations and reports how many were new.
-func migrate(ctx context.Context, cfg *config, stdout io.Writer) error {
-	if cfg.databaseURL == "" {
-		return errors.New("migrate: no database configured: set SLUICE_DATABASE_URL")
-	}
-	pool, err := openPool(cfg, nil)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	n, err := applyMigrations(ctx, pool, cfg.DBSchema)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "schema %s: %d migrations applied\n", cfg.DBSchema, n)
-	return nil
 }
 
 // environ returns the process environment as a map.

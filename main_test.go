@@ -1,352 +1,180 @@
+//go:build unix
+
 package main
+
+// Tests of the sluice binary as a whole: the commands main dispatches,
+// and the process's signals. The gateway's own tests, and for now the
+// fault tests, are in package gateway.
 
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
-	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
-func TestCheckConfig(t *testing.T) {
-	var out bytes.Buffer
-	env := base()
-	env["SLUICE_RULES"] = "login: POST /api/login by ip 5/15m; reset: POST /api/reset by email 3/1h sliding fail=closed"
-	if err := run(context.Background(), []string{"check-config"}, env, &out); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"configuration ok", "2 rules", "NAME", "login", "reset", "5/15m", "sliding"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-	env["SLUICE_FAIL_MODE"] = "sometimes"
-	if err := run(context.Background(), []string{"check-config"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_FAIL_MODE") {
-		t.Fatalf("want a configuration error, got %v", err)
-	}
-}
-
+// TestCommands: main dispatches each command to its function, refuses an
+// unknown one and arguments a command does not take.
 func TestCommands(t *testing.T) {
-	if err := run(context.Background(), []string{"frobnicate"}, base(), io.Discard); err == nil || !strings.Contains(err.Error(), `unknown command "frobnicate"`) {
-		t.Fatalf("got %v", err)
-	}
-	if err := run(context.Background(), []string{"migrate"}, base(), io.Discard); err == nil || !strings.Contains(err.Error(), "no database configured") {
-		t.Fatalf("got %v", err)
-	}
-	if err := run(context.Background(), []string{"check-config", "extra"}, base(), io.Discard); err == nil {
-		t.Fatal("extra arguments accepted")
-	}
-}
-
-// running is a gateway serving on loopback.
-type running struct {
-	url, admin string
-	stop       func() error
-}
-
-// start runs a gateway for env until the test ends (or stop is called).
-func start(t *testing.T, env map[string]string) *running {
-	t.Helper()
-	_, r := serveGateway(t, env, zap.NewNop(), nil)
-	return r
-}
-
-// serveGateway runs a gateway for env on loopback, logging to log, its
-// public handler wrapped by wrap when wrap is not nil, until the test ends
-// (or stop is called). It returns once the public listener is open: once
-// the store is ready, or SLUICE_START_TIMEOUT has passed.
-func serveGateway(t *testing.T, env map[string]string, log *zap.Logger, wrap func(http.Handler) http.Handler) (*gateway, *running) {
-	t.Helper()
-	g, r, public := serveGatewayAsync(t, env, log, wrap)
-	select {
-	case r.url = <-public:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the public listener did not open within 60s")
-	}
-	return g, r
-}
-
-// serveGatewayAsync is serveGateway without the wait: r.url is empty, and
-// the public listener's URL arrives on the channel when it opens.
-func serveGatewayAsync(t *testing.T, env map[string]string, log *zap.Logger, wrap func(http.Handler) http.Handler) (*gateway, *running, <-chan string) {
-	t.Helper()
-	cfg, err := load(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := newGateway(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if wrap != nil {
-		g.public.Handler = wrap(g.public.Handler)
-	}
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	public := make(chan string, 1)
-	openPublic := func() (net.Listener, error) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err == nil {
-			public <- "http://" + l.Addr().String()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args   []string
+		env    map[string]string
+		output string // the start of stdout
+		err    string // in the error; "" for none
+	}{
+		{[]string{"frobnicate"}, nil, "", `unknown command "frobnicate"`},
+		{[]string{"migrate"}, nil, "", "migrate: no database configured"},
+		{[]string{"check-config", "extra"}, nil, "", `check-config takes no arguments, got "extra"`},
+		{[]string{"check-config"}, map[string]string{"SLUICE_UPSTREAM": "http://127.0.0.1:3000", "SLUICE_RULES": "a: GET /a by ip 1/1m"}, "configuration ok", ""},
+		{[]string{"check-config"}, map[string]string{}, "", "SLUICE_UPSTREAM: required"},
+		{[]string{"healthcheck"}, map[string]string{"SLUICE_ADMIN_LISTEN": "nonsense"}, "", "healthcheck: SLUICE_ADMIN_LISTEN"},
+		{[]string{"version"}, nil, "sluice ", ""},
+		{[]string{"--version"}, nil, "sluice ", ""},
+		{[]string{"-version"}, nil, "sluice ", ""},
+		{[]string{"help"}, nil, "usage: sluice", ""},
+		{[]string{"--help"}, nil, "usage: sluice", ""},
+		{[]string{"-help"}, nil, "usage: sluice", ""},
+		{[]string{"-h"}, nil, "usage: sluice", ""},
+	} {
+		var out bytes.Buffer
+		err := run(ctx, tc.args, tc.env, &out)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: got %v, want an error containing %q", tc.args, err, tc.err)
+		case !strings.HasPrefix(out.String(), tc.output):
+			t.Errorf("%q printed %q, want it to start with %q", tc.args, out.String(), tc.output)
 		}
-		return l, err
 	}
+}
+
+// TestDemoUpstream: `sluice demo-upstream ADDR` answers every request with
+// 200 and a line naming it, until its context ends.
+func TestDemoUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- g.serve(ctx, openPublic, admin) }()
-	var once sync.Once
-	var serveErr error
-	stop := func() error {
-		once.Do(func() { cancel(); serveErr = <-done })
-		return serveErr
+	go func() { done <- run(ctx, []string{"demo-upstream", addr}, nil, io.Discard) }()
+	var res *http.Response
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if res, err = http.Get("http://" + addr + "/hello"); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the listener opens in another goroutine
 	}
-	t.Cleanup(func() { stop() })
-	return g, &running{admin: "http://" + admin.Addr().String(), stop: stop}, public
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != "demo upstream: GET /hello\n" {
+		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"demo-upstream", "a", "b"}, nil, io.Discard); err == nil {
+		t.Fatal("demo-upstream accepted two arguments")
+	}
 }
 
-// get returns the status and body of GET url.
-func get(t *testing.T, url string) (int, string) {
+// sluiceBinary builds the sluice binary once per test run, as users build
+// it (no race detector), and returns its path.
+func sluiceBinary(t *testing.T) string {
 	t.Helper()
-	return proctest.Call(t, http.MethodGet, url, "", "")
+	return proctest.Build(t, "github.com/sluicehq/sluice")
 }
 
-func TestAdminListener(t *testing.T) {
-	// The upstream answers every path with a mark of its own, so that a
-	// public request the admin mux answered would show.
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusTeapot)
-		io.WriteString(w, "from the upstream "+r.URL.Path)
-	}))
-	defer up.Close()
-	env := base()
-	env["SLUICE_UPSTREAM"] = up.URL
-	g := start(t, env)
-	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/v1/rules": `"name":"login"`} {
-		if code, body := get(t, g.admin+path); code != 200 || !strings.Contains(body, want) {
-			t.Errorf("%s: %d %q", path, code, body)
-		}
-	}
-	get(t, g.url+"/api/login")
-	if code, body := get(t, g.admin+"/metrics"); code != 200 || !strings.Contains(body, "sluice_upstream_duration_seconds") {
-		t.Errorf("/metrics: %d", code)
-	}
-	// The admin API is never on the public listener: every admin path
-	// there reaches the upstream.
-	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/rules", "/v1/keys?rule=login&ip=1.2.3.4"} {
-		code, body := get(t, g.url+path)
-		p, _, _ := strings.Cut(path, "?")
-		if code != http.StatusTeapot || body != "from the upstream "+p {
-			t.Errorf("public %s: %d %q, want the upstream's answer", path, code, body)
-		}
-	}
+// TestMain removes the binary sluiceBinary built, if any, once every test
+// of the package has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proctest.RemoveBuilt()
+	os.Exit(code)
 }
 
-// TestGracefulShutdown: a request in flight when the gateway is told to
-// stop still completes.
-func TestGracefulShutdown(t *testing.T) {
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-		io.WriteString(w, "finished")
-	}))
-	defer up.Close()
-	env := base()
-	env["SLUICE_UPSTREAM"] = up.URL
-	g := start(t, env)
-
-	type result struct {
-		code int
-		body string
-		err  error
+// TestSIGHUPNeverKills runs the real binary: SIGHUP with a good file, a
+// bad file, and a SIGHUP with no rules file at all leave it serving, and
+// SIGTERM then stops it with status 0.
+func TestSIGHUPNeverKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
 	}
-	resc := make(chan result, 1)
-	go func() {
-		res, err := http.Post(g.url+"/api/login", "text/plain", nil)
-		if err != nil {
-			resc <- result{err: err}
-			return
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		resc <- result{code: res.StatusCode, body: string(b)}
-	}()
-	<-entered
-	stopped := make(chan error, 1)
-	go func() { stopped <- g.stop() }()
-	time.Sleep(50 * time.Millisecond) // let Shutdown close the listener
-	close(release)
-	r := <-resc
-	if r.err != nil || r.code != 200 || r.body != "finished" {
-		t.Fatalf("in-flight request: %+v", r)
-	}
-	if err := <-stopped; err != nil {
-		t.Fatalf("serve: %v", err)
-	}
-}
-
-// databaseEnv is the environment of a gateway on db's schema in front of
-// upstream, with rules, one of several that share the database.
-func databaseEnv(db *pgtest.DB, upstream, rules string) map[string]string {
-	return map[string]string{
-		"SLUICE_UPSTREAM":     upstream,
-		"SLUICE_RULES":        rules,
-		"SLUICE_DATABASE_URL": db.URL,
-		"SLUICE_DB_SCHEMA":    db.Schema,
-		"SLUICE_HASH_KEY":     "shared-secret-0123456789",
-		"SLUICE_DB_TIMEOUT":   "5s", // exactness, not latency, is under test
-	}
-}
-
-// TestInstancesShareOneDatabase: three gateways on one database let exactly
-// the limit through, and after all restart, the limit still holds.
-func TestInstancesShareOneDatabase(t *testing.T) {
-	db := pgtest.New(t)
-	var hits atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	defer up.Close()
-	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 5/1h")
-	env["SLUICE_FAIL_MODE"] = "closed"
-	var gws []*running
-	for range 3 {
-		gws = append(gws, start(t, env))
-	}
-	codes := fire(t, gws, 30)
-	if codes[200] != 5 || codes[429] != 25 || hits.Load() != 5 {
-		t.Fatalf("status counts %v, upstream saw %d; want 5 allowed, 25 limited", codes, hits.Load())
-	}
-
-	// Restart every instance: the counters live in the database.
-	for _, g := range gws {
-		if err := g.stop(); err != nil {
+	dir := t.TempDir()
+	bin := sluiceBinary(t)
+	rules := filepath.Join(dir, "rules")
+	os.WriteFile(rules, []byte("a: GET /a by ip 5/1m\n"), 0o600)
+	admin := proctest.FreeAddr(t)
+	for _, env := range [][]string{
+		{"SLUICE_RULES_FILE=" + rules},
+		{"SLUICE_RULES=a: GET /a by ip 5/1m"},
+	} {
+		cmd := exec.Command(bin)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "SLUICE_UPSTREAM=http://127.0.0.1:9",
+			"SLUICE_LISTEN=" + proctest.FreeAddr(t), "SLUICE_ADMIN_LISTEN=" + admin}, env...)
+		var logs strings.Builder
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	gws = gws[:0]
-	for range 3 {
-		gws = append(gws, start(t, env))
-	}
-	if codes := fire(t, gws, 3); codes[429] != 3 || hits.Load() != 5 {
-		t.Fatalf("after restart: %v, upstream saw %d", codes, hits.Load())
-	}
-}
-
-// fire sends n concurrent requests spread over the gateways and counts the
-// status codes.
-func fire(t *testing.T, gws []*running, n int) map[int]int {
-	t.Helper()
-	return countStatuses(t, n, func(i int) (int, error) {
-		res, err := http.Post(gws[i%len(gws)].url+"/api/login", "text/plain", nil)
-		if err != nil {
-			return 0, err
+		waitHTTP(t, "http://"+admin+"/healthz")
+		for _, src := range []string{"a: GET /a by ip 6/1m\n", "a: GETT /a by ip 6/1m\n"} {
+			os.WriteFile(rules, []byte(src), 0o600)
+			cmd.Process.Signal(syscall.SIGHUP)
+			time.Sleep(200 * time.Millisecond) // let the signal be handled, or kill
+			waitHTTP(t, "http://"+admin+"/healthz")
 		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode, nil
-	})
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%v: sluice exited with %v after SIGHUPs; log:\n%s", env, err, logs.String())
+		}
+		want := []string{`"msg":"rules reloaded"`, `"msg":"rules not reloaded: the running rules stay"`}
+		if env[0][:len("SLUICE_RULES=")] == "SLUICE_RULES=" {
+			want = []string{"nothing to reload: the rules come from SLUICE_RULES"}
+		}
+		for _, w := range want {
+			if !strings.Contains(logs.String(), w) {
+				t.Errorf("%v: the log lacks %s:\n%s", env, w, logs.String())
+			}
+		}
+	}
 }
 
-// countStatuses runs send(0) … send(n-1) concurrently and counts the status
-// codes they return; an error fails the test.
-func countStatuses(t *testing.T, n int, send func(i int) (int, error)) map[int]int {
+// waitHTTP waits up to 10 s for url to answer 200.
+func waitHTTP(t *testing.T, url string) {
 	t.Helper()
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			code, err := send(i)
-			if err != nil {
-				t.Error(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
 				return
 			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	return codes
-}
-
-func TestMigrateCommand(t *testing.T) {
-	db := pgtest.New(t)
-	schema := db.Schema + "_m"
-	t.Cleanup(func() { db.Pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", schema)) })
-	env := base()
-	env["SLUICE_DATABASE_URL"] = db.URL
-	env["SLUICE_DB_SCHEMA"] = schema
-	env["SLUICE_HASH_KEY"] = "shared-secret-0123456789"
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"migrate"}, env, &out); err != nil {
-		t.Fatal(err)
-	}
-	first := out.String()
-	out.Reset()
-	if err := run(context.Background(), []string{"migrate"}, env, &out); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), ": 0 migrations applied") || strings.Contains(first, ": 0 migrations") {
-		t.Fatalf("first run %q, second %q", first, out.String())
-	}
-}
-
-// TestAdminResetReachesEveryInstance: a key reset through one instance's
-// admin API clears the over-limit fast path of every instance.
-func TestAdminResetReachesEveryInstance(t *testing.T) {
-	db := pgtest.New(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
-	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 1/1h")
-	env["SLUICE_ADMIN_TOKEN"] = "tok"
-	a, b := start(t, env), start(t, env)
-	post := func(g *running) int {
-		res, err := http.Post(g.url+"/api/login", "text/plain", nil)
-		if err != nil {
-			t.Fatal(err)
 		}
-		res.Body.Close()
-		return res.StatusCode
-	}
-	if post(b) != 200 || post(b) != 429 || post(b) != 429 { // the last one from b's fast path
-		t.Fatal("limit 1 not applied on b")
-	}
-	req, _ := http.NewRequest("DELETE", a.admin+"/v1/keys?rule=login&ip=127.0.0.1", nil)
-	req.Header.Set("Authorization", "Bearer tok")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil || res.StatusCode != 204 {
-		t.Fatalf("reset through a: %v %v", res, err)
-	}
-	res.Body.Close()
-	// b learns of the reset by polling (every second); wait for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for post(b) != 200 {
-		if time.Now().After(deadline) {
-			t.Fatal("b still denies 10 s after the key was reset through a")
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not answer 200 within 10 s: %v", url, err)
 		}
-		// Each denied try must not consume: the limit is 1 and the room
-		// stays free until a request is allowed.
-		time.Sleep(200 * time.Millisecond)
-	}
-	if post(a) != 429 {
-		t.Fatal("the reset key's room was used once; a must deny now")
+		time.Sleep(20 * time.Millisecond) // a process starting in the background
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package gateway
 
 // Fault tests: real faults on real PostgreSQL servers, each test on
 // private clusters of its own (pgtest.NewCluster) on loopback, so that

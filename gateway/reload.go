@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ func newReloadsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 // parse are refused whole: the running rules stay, and the problems are
 // logged and counted. The over-limit fast path needs no flush: it drops a
 // denial made under another definition of a rule at its next lookup.
-func (g *gateway) reload() error {
+func (g *Gateway) reload() error {
 	if g.cfg.RulesFile == "" {
 		g.log.Warn("SIGHUP: " + errNoRulesFile.Error())
 		return errNoRulesFile

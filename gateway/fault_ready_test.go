@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package gateway
 
 // Fault tests of the moments that are not calm: a start, and the moment
 // after an outage heals. The promise under test: once /readyz answers 200,
@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,7 +250,7 @@ func TestFaultStartWithoutDatabase(t *testing.T) {
 	env := faultEnv(up.URL, c.URL())
 	env["SLUICE_DB_SCHEMA"] = "fresh" // migrated in the background, once the database answers
 	env["SLUICE_START_TIMEOUT"] = "1500ms"
-	g, r, public := serveGatewayAsync(t, env, zap.NewNop(), nil)
+	g, r, public := serveGatewayAsync(t, env, Options{Logger: zap.NewNop()})
 	began := time.Now()
 	fg := &faultGateway{admin: r.admin, g: g, stop: r.stop}
 	if code := fg.readyz(t); code != 503 {
@@ -378,40 +377,18 @@ func TestFaultColdStartUnderLoad(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
 // sluiceBinary builds the sluice binary once per test run, as users build
 // it (no race detector), and returns its path.
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "sluice")
-		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
+	return proctest.Build(t, "github.com/sluicehq/sluice")
 }
 
 // TestMain removes the binary sluiceBinary built, if any, once every test
 // of the package has run.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if builtBin != "" {
-		os.RemoveAll(filepath.Dir(builtBin)) //nolint:errcheck // best effort
-	}
+	proctest.RemoveBuilt()
 	os.Exit(code)
 }
 

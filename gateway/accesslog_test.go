@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"bufio"
@@ -39,7 +39,7 @@ func TestAccessLog(t *testing.T) {
 	env["SLUICE_RULES"] = "login: POST /api/login by ip 1/1h; reset: POST /api/reset by email 5/1h; q: GET /api/q by tenant 5/1h"
 	var out proctest.Buffer
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&out), zapcore.InfoLevel))
-	_, g := serveGateway(t, env, log, nil)
+	_, g := serveGateway(t, env, Options{Logger: log})
 
 	send := func(method, path, body string, header ...string) int {
 		t.Helper()

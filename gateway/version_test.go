@@ -1,12 +1,13 @@
-package main
+package gateway
 
 import (
 	"bytes"
-	"context"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 // buildInfo is what a go1.99.1 build of sluice at module version records,
@@ -45,28 +46,36 @@ func TestBuildVersion(t *testing.T) {
 }
 
 func TestVersionCommand(t *testing.T) {
-	for _, arg := range []string{"version", "--version"} {
+	for _, stamp := range []Stamp{{}, {Version: "1.4.0", Commit: "abc"}} {
 		var out bytes.Buffer
 		// No settings at all: printing the version needs none.
-		if err := run(context.Background(), []string{arg}, map[string]string{}, &out); err != nil {
-			t.Fatalf("%s: %v", arg, err)
+		if err := Version(&out, stamp); err != nil {
+			t.Fatalf("%+v: %v", stamp, err)
 		}
-		b := currentBuild()
+		b := currentBuild(stamp)
 		want := "sluice " + b.Version + ", commit " + b.Commit + ", " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
 		if out.String() != want {
-			t.Errorf("%s printed %q, want %q", arg, out.String(), want)
+			t.Errorf("%+v printed %q, want %q", stamp, out.String(), want)
+		}
+		if stamp.Version != "" && !strings.HasPrefix(out.String(), "sluice 1.4.0, commit abc, ") {
+			t.Errorf("%+v printed %q: the stamp is not shown", stamp, out.String())
 		}
 	}
 }
 
 // TestBuildInfoMetric: a running gateway exports sluice_build_info with
-// the build's labels and the value 1.
+// the build's labels, its stamp's where it has one, and the value 1.
 func TestBuildInfoMetric(t *testing.T) {
-	g := start(t, base())
-	_, body := get(t, g.admin+"/metrics")
-	b := currentBuild()
-	want := `sluice_build_info{commit="` + b.Commit + `",goversion="` + b.GoVersion + `",version="` + b.Version + `"} 1`
-	if !strings.Contains(body, want+"\n") {
-		t.Fatalf("/metrics lacks %s", want)
+	for _, stamp := range []Stamp{{}, {Version: "1.4.0", Commit: "abc"}} {
+		_, g := serveGateway(t, base(), Options{Stamp: stamp, Logger: zap.NewNop()})
+		_, body := get(t, g.admin+"/metrics")
+		b := currentBuild(stamp)
+		want := `sluice_build_info{commit="` + b.Commit + `",goversion="` + b.GoVersion + `",version="` + b.Version + `"} 1`
+		if !strings.Contains(body, want+"\n") {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+		if stamp.Version != "" && !strings.Contains(body, `commit="abc"`) {
+			t.Fatalf("/metrics does not show the stamp %+v", stamp)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"fmt"
@@ -9,18 +9,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// version and commit are set at link time by release builds and the
-// container image:
+// Stamp is what a release build sets at link time, in package main:
 //
 //	go build -ldflags "-X main.version=1.4.0 -X main.commit=$(git rev-parse HEAD)"
 //
-// Left empty, they come from the build information the Go toolchain
-// records in every binary (see buildVersion). Nothing assigns them at run
-// time.
-var (
-	version string
-	commit  string
-)
+// main passes it on. An empty field comes from the build information the
+// Go toolchain records in every binary (see buildVersion).
+type Stamp struct {
+	Version string
+	Commit  string
+}
 
 // build identifies this binary: what `sluice version` prints and
 // sluice_build_info carries.
@@ -30,10 +28,10 @@ type build struct {
 	GoVersion string
 }
 
-// currentBuild is the build of the running binary.
-func currentBuild() build {
+// currentBuild is the build of the running binary, stamped with s.
+func currentBuild(s Stamp) build {
 	bi, _ := debug.ReadBuildInfo()
-	return buildVersion(version, commit, bi)
+	return buildVersion(s.Version, s.Commit, bi)
 }
 
 // buildVersion resolves the build from the link-time values and the
@@ -80,9 +78,10 @@ func buildVersion(ldVersion, ldCommit string, bi *debug.BuildInfo) build {
 	return b
 }
 
-// printVersion writes one line: version, commit, Go version and platform.
-func printVersion(stdout io.Writer) error {
-	b := currentBuild()
+// Version is `sluice version` (also --version): it writes one line, the
+// version, commit, Go version and platform of the binary stamped with s.
+func Version(stdout io.Writer, s Stamp) error {
+	b := currentBuild(s)
 	_, err := fmt.Fprintf(stdout, "sluice %s, commit %s, %s %s/%s\n", b.Version, b.Commit, b.GoVersion, runtime.GOOS, runtime.GOARCH)
 	return err
 }
@@ -90,8 +89,8 @@ func printVersion(stdout io.Writer) error {
 // buildInfoCollector is sluice_build_info{version,commit,goversion}, always
 // 1: dashboards and alerts join on it to tell which build an instance
 // runs, and count instances per version during a rollout.
-func buildInfoCollector() prometheus.Collector {
-	b := currentBuild()
+func buildInfoCollector(s Stamp) prometheus.Collector {
+	b := currentBuild(s)
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sluice_build_info",
 		Help:        "Build of the running sluice: version, commit and Go version in the labels; the value is always 1.",

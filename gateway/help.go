@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"fmt"
@@ -8,7 +8,8 @@ import (
 	"text/tabwriter"
 )
 
-// commands are sluice's commands as --help lists them, in that order.
+// commands are sluice's commands as --help lists them, in that order;
+// main.go dispatches each to its function here (Serve, Migrate, …).
 var commands = []struct{ name, help string }{
 	{"(none)", "run the gateway"},
 	{"migrate", "apply the database migrations to SLUICE_DB_SCHEMA and exit (reads only SLUICE_DATABASE_URL and SLUICE_DB_SCHEMA)"},
@@ -19,10 +20,10 @@ var commands = []struct{ name, help string }{
 	{"help", "print this help (also --help, -h)"},
 }
 
-// writeUsage prints the commands and every setting with its default. The
-// settings come from the env, envDefault and help tags of settings, so the
-// list cannot leave one out.
-func writeUsage(w io.Writer) error {
+// Help is `sluice help` (also --help and -h): it prints the commands and
+// every setting with its default. The settings come from the env,
+// envDefault and help tags of settings, so the list cannot leave one out.
+func Help(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("usage: sluice [command]\n\ncommands:\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

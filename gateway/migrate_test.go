@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ func TestMigrateNeedsOnlyTheDatabase(t *testing.T) {
 	t.Cleanup(func() { db.Pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", schema)) })
 	var out bytes.Buffer
 	env := map[string]string{"DATABASE_URL": db.URL, "SLUICE_DB_SCHEMA": schema}
-	if err := run(context.Background(), []string{"migrate"}, env, &out); err != nil {
+	if err := Migrate(context.Background(), env, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out.String(), "schema "+schema+": ") || strings.Contains(out.String(), ": 0 migrations") {

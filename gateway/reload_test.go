@@ -1,16 +1,14 @@
 //go:build unix
 
-package main
+package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,8 +21,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // TestReloadOnSIGHUP: SIGHUP (sent to this process, as an operator sends
@@ -65,7 +61,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	env["SLUICE_UPSTREAM"] = up.URL
 	env["SLUICE_RULES_FILE"] = rules
 	core, logs := observer.New(zapcore.InfoLevel)
-	g, r := serveGateway(t, env, zap.New(core), nil)
+	g, r := serveGateway(t, env, Options{Logger: zap.New(core)})
 
 	// Traffic all along: not one request may fail.
 	stop := make(chan struct{})
@@ -169,73 +165,5 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a little more traffic under the running rules
 	if sent.Load() < 10 || failed.Load() > 0 {
 		t.Fatalf("%d requests sent during the reloads, %d failed", sent.Load(), failed.Load())
-	}
-}
-
-// TestSIGHUPNeverKills runs the real binary: SIGHUP with a good file, a
-// bad file, and a SIGHUP with no rules file at all leave it serving, and
-// SIGTERM then stops it with status 0.
-func TestSIGHUPNeverKills(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	dir := t.TempDir()
-	bin := sluiceBinary(t)
-	rules := filepath.Join(dir, "rules")
-	os.WriteFile(rules, []byte("a: GET /a by ip 5/1m\n"), 0o600)
-	admin := proctest.FreeAddr(t)
-	for _, env := range [][]string{
-		{"SLUICE_RULES_FILE=" + rules},
-		{"SLUICE_RULES=a: GET /a by ip 5/1m"},
-	} {
-		cmd := exec.Command(bin)
-		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "SLUICE_UPSTREAM=http://127.0.0.1:9",
-			"SLUICE_LISTEN=" + proctest.FreeAddr(t), "SLUICE_ADMIN_LISTEN=" + admin}, env...)
-		var logs strings.Builder
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitHTTP(t, "http://"+admin+"/healthz")
-		for _, src := range []string{"a: GET /a by ip 6/1m\n", "a: GETT /a by ip 6/1m\n"} {
-			os.WriteFile(rules, []byte(src), 0o600)
-			cmd.Process.Signal(syscall.SIGHUP)
-			time.Sleep(200 * time.Millisecond) // let the signal be handled, or kill
-			waitHTTP(t, "http://"+admin+"/healthz")
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("%v: sluice exited with %v after SIGHUPs; log:\n%s", env, err, logs.String())
-		}
-		want := []string{`"msg":"rules reloaded"`, `"msg":"rules not reloaded: the running rules stay"`}
-		if env[0][:len("SLUICE_RULES=")] == "SLUICE_RULES=" {
-			want = []string{"nothing to reload: the rules come from SLUICE_RULES"}
-		}
-		for _, w := range want {
-			if !strings.Contains(logs.String(), w) {
-				t.Errorf("%v: the log lacks %s:\n%s", env, w, logs.String())
-			}
-		}
-	}
-}
-
-// waitHTTP waits up to 10 s for url to answer 200.
-func waitHTTP(t *testing.T, url string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		res, err := http.DefaultClient.Do(req)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%s did not answer 200 within 10 s: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond) // a process starting in the background
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func TestHealthcheck(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		// Only SLUICE_ADMIN_LISTEN: the probe needs no other setting.
-		err := run(context.Background(), []string{"healthcheck"}, map[string]string{"SLUICE_ADMIN_LISTEN": tc.listen}, &out)
+		err := Healthcheck(context.Background(), map[string]string{"SLUICE_ADMIN_LISTEN": tc.listen}, &out)
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("%s: %v", tc.listen, err)

@@ -1,4 +1,21 @@
-package main
+// Package gateway assembles and runs a sluice gateway, and holds each of
+// sluice's commands, which main.go dispatches to.
+//
+// Assembling a gateway goes settings → store → limiter → listeners →
+// lifecycle and reloads, one file each: config.go reads and validates
+// every setting (caarlos0/env, one pass, every problem reported);
+// backend.go makes the store the settings ask for (memory or Postgres)
+// with its breaker and background work; gateway.go puts the limiter, the
+// proxy and the admin handler together and runs both listeners until the
+// context ends; reload.go puts a new rules file in force on SIGHUP. The
+// commands are serve.go (the gateway), migrate.go, checkconfig.go,
+// version.go, healthcheck.go, demoupstream.go and help.go.
+//
+// It is the one package that knows every other: it may import any of
+// sluice's packages but the test support under internal/ (pgtest,
+// proctest), and none may import it but main and the tests that start a
+// gateway in-process (faults).
+package gateway
 
 import (
 	"context"
@@ -13,17 +30,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
-	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -31,27 +45,65 @@ import (
 // SIGTERM before connections are closed.
 const shutdownGrace = 25 * time.Second
 
-// gateway is one running sluice: the public proxy, the admin listener and
-// the store's background work. Tests start several in one process.
-type gateway struct {
-	cfg     *config
-	log     *zap.Logger
-	public  *http.Server
-	admin   *http.Server
-	backend *backend
-	proxy   *proxy.Proxy
-	metrics *proxy.Metrics
-	reloads *prometheus.CounterVec // sluice_rules_reloads_total
-	runners []func(context.Context)
+// Options are what the program that runs a gateway adds to the settings;
+// none of them is a setting. The zero value is what the sluice binary
+// runs with but its Stamp.
+type Options struct {
+	// Stamp is the version and commit linked into the binary (see
+	// Stamp); sluice_build_info carries them.
+	Stamp Stamp
+	// Logger receives the gateway's log lines. Nil means the logger the
+	// settings describe (SLUICE_LOG_LEVEL, SLUICE_LOG_FORMAT,
+	// SLUICE_ACCESS_LOG), writing to stderr.
+	Logger *zap.Logger
+	// Wrap, when not nil, wraps the public listener's handler: middleware
+	// of the program that embeds the gateway, such as a measurement of the
+	// time each request spends inside it. The admin listener is not
+	// wrapped.
+	Wrap func(http.Handler) http.Handler
+}
+
+// Gateway is one sluice: the public proxy, the admin listener and the
+// store's background work. Several may run in one process, each with a
+// store of its own.
+type Gateway struct {
+	cfg      *config
+	log      *zap.Logger
+	public   *http.Server
+	admin    *http.Server
+	backend  *backend
+	proxy    *proxy.Proxy
+	metrics  *proxy.Metrics
+	registry *prometheus.Registry
+	reloads  *prometheus.CounterVec // sluice_rules_reloads_total
+	runners  []func(context.Context)
+}
+
+// New reads the settings from environ, validates them in one pass (the
+// error lists every problem) and assembles a gateway from them. It waits
+// for nothing: the store becomes ready in the background once Run runs.
+// A gateway New returns is meant to be run, once: Run releases its store
+// (the Postgres store's connection pool) when it returns.
+func New(environ map[string]string, opts Options) (*Gateway, error) {
+	cfg, err := load(environ)
+	if err != nil {
+		return nil, err
+	}
+	return newGateway(cfg, opts)
 }
 
 // newGateway wires a gateway from a validated configuration. It does not
 // wait for the database: the store becomes ready in the background.
-func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
-	g := &gateway{cfg: cfg, log: log}
+func newGateway(cfg *config, opts Options) (*Gateway, error) {
+	log := opts.Logger
+	if log == nil {
+		log = newLogger(cfg)
+	}
+	g := &Gateway{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
+	g.registry = reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(buildInfoCollector())
+	reg.MustRegister(buildInfoCollector(opts.Stamp))
 
 	hashKey := []byte(cfg.HashKey)
 	if cfg.hashKeyDerived {
@@ -134,7 +186,11 @@ func newGateway(cfg *config, log *zap.Logger) (*gateway, error) {
 	}
 	g.proxy = px
 	g.reloads = newReloadsCounter(reg)
-	g.public = proxy.NewServer(px, cfg.timeouts)
+	var public http.Handler = px
+	if opts.Wrap != nil {
+		public = opts.Wrap(public)
+	}
+	g.public = proxy.NewServer(public, cfg.timeouts)
 	g.public.ErrorLog = zap.NewStdLog(log)
 	g.admin = proxy.NewServer(admin.NewHandler(admin.Config{
 		Policy: px.Policy, Ready: be.ready, Gatherer: reg,
@@ -158,15 +214,17 @@ func adminTimeouts(t proxy.Timeouts) proxy.Timeouts {
 // does not.
 const adminWriteTimeout = 60 * time.Second
 
-// serve runs the gateway until ctx is cancelled. The admin listener serves
-// at once (health, readiness, metrics); the public listener is opened with
-// openPublic only once the store is ready, so that the first requests
-// after a start are decided exactly, or after SLUICE_START_TIMEOUT, when it
-// opens anyway and the fail modes decide until the store is ready. On
-// cancellation it stops accepting, lets in-flight requests finish (bounded
-// by shutdownGrace) and stops the background work. SIGHUP reloads the
-// rules (see reload) and never stops it.
-func (g *gateway) serve(ctx context.Context, openPublic func() (net.Listener, error), admin net.Listener) error {
+// Run runs the gateway until ctx is cancelled, serving the admin listener
+// on admin and the public listener on what openPublic opens. The admin
+// listener serves at once (health, readiness, metrics); the public
+// listener is opened only once the store is ready, so that the first
+// requests after a start are decided exactly, or after
+// SLUICE_START_TIMEOUT, when it opens anyway and the fail modes decide
+// until the store is ready. On cancellation it stops accepting, lets
+// in-flight requests finish (bounded by shutdownGrace) and stops the
+// background work. SIGHUP reloads the rules (see reload) and never stops
+// it. Run is called once: it releases the store when it returns.
+func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func() (net.Listener, error)) error {
 	defer g.backend.close()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -228,104 +286,10 @@ wait:
 	return err
 }
 
-// serve listens on the configured addresses and serves until ctx ends.
-func serve(ctx context.Context, cfg *config) error {
-	log, err := newLogger(cfg)
-	if err != nil {
-		return err
-	}
-	defer log.Sync() //nolint:errcheck // nothing useful to do at exit
-	g, err := newGateway(cfg, log)
-	if err != nil {
-		return err
-	}
-	admin, err := net.Listen("tcp", cfg.AdminListen)
-	if err != nil {
-		g.backend.close()
-		return fmt.Errorf("listen on SLUICE_ADMIN_LISTEN: %w", err)
-	}
-	return g.serve(ctx, func() (net.Listener, error) { return net.Listen("tcp", cfg.Listen) }, admin)
-}
+// Ready reports whether the gateway's store decides: nil, or why not. It
+// is what /readyz answers: nil while the store's circuit breaker is
+// closed; the memory store is always ready.
+func (g *Gateway) Ready() error { return g.backend.ready() }
 
-// applyMigrations brings the schema up to date.
-func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
-	n, err := postgres.Migrate(ctx, pool, schema)
-	if err != nil {
-		return n, fmt.Errorf("migrate schema %s: %w", schema, err)
-	}
-	return n, nil
-}
-
-// newLogger builds the zap logger from SLUICE_LOG_LEVEL, SLUICE_LOG_FORMAT
-// and SLUICE_ACCESS_LOG, writing to stderr.
-func newLogger(cfg *config) (*zap.Logger, error) {
-	return buildLogger(cfg, zapcore.Lock(os.Stderr)), nil
-}
-
-// buildLogger is newLogger writing to out. It is zap's production logger
-// (JSON, sampled: of the lines with one level and message, the first 100
-// of each second and every 100th after them), or its development logger
-// for SLUICE_LOG_FORMAT=console, at SLUICE_LOG_LEVEL. The access log's
-// lines (logger "access") are written whatever the level and never
-// sampled: they all share one message, and an access log that keeps one
-// line in a hundred is no access log.
-func buildLogger(cfg *config, out zapcore.WriteSyncer) *zap.Logger {
-	encCfg := zap.NewProductionEncoderConfig()
-	stackAt := zapcore.ErrorLevel
-	if cfg.LogFormat == "console" {
-		encCfg = zap.NewDevelopmentEncoderConfig()
-		stackAt = zapcore.WarnLevel
-	}
-	encCfg.TimeKey = "time"
-	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
-	enc := zapcore.NewJSONEncoder(encCfg)
-	if cfg.LogFormat == "console" {
-		enc = zapcore.NewConsoleEncoder(encCfg)
-	}
-	core := zapcore.NewCore(enc, out, zap.NewAtomicLevelAt(cfg.logLevel))
-	opts := []zap.Option{zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(os.Stderr))}
-	if cfg.LogFormat == "console" {
-		opts = append(opts, zap.Development())
-	} else {
-		core = zapcore.NewSamplerWithOptions(core, time.Second, 100, 100)
-	}
-	if cfg.logLevel <= zapcore.DebugLevel {
-		opts = append(opts, zap.AddStacktrace(stackAt))
-	}
-	if cfg.AccessLog {
-		core = accessSplit{rest: core, access: zapcore.NewCore(enc.Clone(), out, zapcore.InfoLevel)}
-	}
-	return zap.New(core, opts...)
-}
-
-// accessLoggerName is the name of the access log's logger.
-const accessLoggerName = "access"
-
-// accessSplit sends the entries of the access logger to access and every
-// other entry to rest.
-type accessSplit struct{ rest, access zapcore.Core }
-
-func (c accessSplit) Enabled(l zapcore.Level) bool {
-	return c.rest.Enabled(l) || c.access.Enabled(l)
-}
-
-func (c accessSplit) With(fields []zapcore.Field) zapcore.Core {
-	return accessSplit{rest: c.rest.With(fields), access: c.access.With(fields)}
-}
-
-func (c accessSplit) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.LoggerName == accessLoggerName {
-		return c.access.Check(e, ce)
-	}
-	return c.rest.Check(e, ce)
-}
-
-// Write is never called: Check hands each entry to the core that writes
-// it. It writes to rest should a caller write directly.
-func (c accessSplit) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	return c.rest.Write(e, fields)
-}
-
-func (c accessSplit) Sync() error {
-	return errors.Join(c.rest.Sync(), c.access.Sync())
-}
+// Metrics gathers the gateway's metrics, as /metrics serves them.
+func (g *Gateway) Metrics() prometheus.Gatherer { return g.registry }

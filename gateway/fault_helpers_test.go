@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package gateway
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ func faultEnv(upstream, dbURL string) map[string]string {
 // faultGateway is a gateway serving on loopback whose logs are observed.
 type faultGateway struct {
 	url, admin string
-	g          *gateway
+	g          *Gateway
 	logs       *observer.ObservedLogs
 	served     *durations // how long each request took inside the gateway
 	stop       func() error
@@ -57,13 +57,13 @@ func startFault(t *testing.T, env map[string]string) *faultGateway {
 	t.Helper()
 	core, logs := observer.New(zapcore.InfoLevel)
 	served := &durations{}
-	g, r := serveGateway(t, env, zap.New(core), func(h http.Handler) http.Handler {
+	g, r := serveGateway(t, env, Options{Logger: zap.New(core), Wrap: func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			began := time.Now()
 			h.ServeHTTP(w, r)
 			served.add(time.Since(began))
 		})
-	})
+	}})
 	return &faultGateway{url: r.url, admin: r.admin, g: g, logs: logs, served: served, stop: r.stop}
 }
 

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -15,11 +15,12 @@ import (
 // otherwise: the upstream of the README's quickstart.
 const demoUpstreamAddr = "127.0.0.1:3000"
 
-// demoUpstream serves a stand-in API on addr until ctx ends, so that the
-// quickstart needs nothing but the sluice binary: every request gets 200
-// and one line naming its method and path. It logs nothing per request:
-// the point of the demo is what sluice does in front of it.
-func demoUpstream(ctx context.Context, addr string, stdout io.Writer) error {
+// DemoUpstream is `sluice demo-upstream [host:port]`: it serves a
+// stand-in API on addr (demoUpstreamAddr when empty) until ctx ends, so
+// that the quickstart needs nothing but the sluice binary: every request
+// gets 200 and one line naming its method and path. It logs nothing per
+// request: the point of the demo is what sluice does in front of it.
+func DemoUpstream(ctx context.Context, addr string, stdout io.Writer) error {
 	if addr == "" {
 		addr = demoUpstreamAddr
 	}

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"errors"
@@ -20,6 +20,12 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/identity"
 )
+
+// Settings: every variable sluice reads is parsed here, with caarlos0/env,
+// and validated in one pass that reports every problem. The gateway reads
+// settings (load); the commands that need only a few read those alone
+// (loadMigrate, loadHealthcheck), under the same names and with the same
+// defaults.
 
 // settings are every variable sluice reads, with its default. Values are
 // validated in one pass by load.
@@ -57,7 +63,8 @@ type settings struct {
 	LogFormat         string        `env:"SLUICE_LOG_FORMAT" envDefault:"json" help:"json or console"`
 }
 
-// config is the validated form of settings that the rest of main wires up.
+// config is the validated form of settings that the gateway is assembled
+// from.
 type config struct {
 	settings
 	upstream       *url.URL
@@ -115,15 +122,10 @@ func load(environ map[string]string) (*config, error) {
 		problems = append(problems, fmt.Sprintf("SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got %q): the admin API would be open to the network", s.AdminListen))
 	}
 
-	c.databaseURL = s.DatabaseURL
-	if c.databaseURL == "" {
-		c.databaseURL = s.DatabaseURLAlt
-	}
+	c.databaseURL = databaseURL(s.DatabaseURL, s.DatabaseURLAlt)
 	if c.databaseURL != "" {
 		if _, err := pgxpool.ParseConfig(c.databaseURL); err != nil {
-			// pgx's message may echo the connection string; name the
-			// problem without repeating a password.
-			problems = append(problems, "SLUICE_DATABASE_URL: not a valid Postgres connection string")
+			problems = append(problems, errBadDatabaseURL.Error())
 		}
 		if s.HashKey == "" {
 			problems = append(problems, "SLUICE_HASH_KEY: required when a database is configured, and the same on every instance")
@@ -133,8 +135,8 @@ func load(environ map[string]string) (*config, error) {
 		problems = append(problems, fmt.Sprintf("SLUICE_HASH_KEY: must be at least %d bytes, got %d", minHashKeyBytes, len(s.HashKey)))
 	}
 	c.hashKeyDerived = s.HashKey == ""
-	if !schemaName.MatchString(s.DBSchema) || s.DBSchema == "public" {
-		problems = append(problems, fmt.Sprintf("SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got %q", s.DBSchema))
+	if msg := schemaProblem(s.DBSchema); msg != "" {
+		problems = append(problems, msg)
 	}
 
 	if p, msgs := loadRules(s); len(msgs) > 0 {
@@ -207,6 +209,91 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// migrateSettings are the only settings `sluice migrate` reads, with the
+// same names and defaults as in settings (a test keeps them equal): a
+// migration job or a deploy step has the database and the schema, not the
+// gateway's upstream, rules or hash key.
+type migrateSettings struct {
+	DatabaseURL    string `env:"SLUICE_DATABASE_URL"`
+	DatabaseURLAlt string `env:"DATABASE_URL"`
+	DBSchema       string `env:"SLUICE_DB_SCHEMA" envDefault:"sluice"`
+}
+
+// loadMigrate reads and validates the settings of `sluice migrate`,
+// reporting every problem at once as load does.
+func loadMigrate(environ map[string]string) (*config, error) {
+	var s migrateSettings
+	if err := env.ParseWithOptions(&s, env.Options{Environment: environ}); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	c := &config{settings: settings{DatabaseURL: s.DatabaseURL, DatabaseURLAlt: s.DatabaseURLAlt, DBSchema: s.DBSchema}}
+	c.databaseURL = databaseURL(s.DatabaseURL, s.DatabaseURLAlt)
+	if c.databaseURL == "" {
+		return nil, errors.New("migrate: no database configured: set SLUICE_DATABASE_URL")
+	}
+	var problems []string
+	if _, err := pgxpool.ParseConfig(c.databaseURL); err != nil {
+		problems = append(problems, errBadDatabaseURL.Error())
+	}
+	if msg := schemaProblem(s.DBSchema); msg != "" {
+		problems = append(problems, msg)
+	}
+	if len(problems) > 0 {
+		return nil, &configError{problems: problems}
+	}
+	return c, nil
+}
+
+// healthcheckSettings are the only settings `sluice healthcheck` reads, with
+// the same names and defaults as in settings (a test keeps them equal), so
+// that the probe works whatever else the environment holds or lacks.
+type healthcheckSettings struct {
+	AdminListen string `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090"`
+}
+
+// loadHealthcheck reads the settings of `sluice healthcheck` and returns
+// the URL it probes: /healthz at SLUICE_ADMIN_LISTEN, where an unspecified
+// host (":9090", "0.0.0.0:9090", "[::]:9090") means loopback.
+func loadHealthcheck(environ map[string]string) (string, error) {
+	var s healthcheckSettings
+	if err := env.ParseWithOptions(&s, env.Options{Environment: environ}); err != nil {
+		return "", fmt.Errorf("healthcheck: %w", err)
+	}
+	host, port, err := net.SplitHostPort(s.AdminListen)
+	if err != nil {
+		return "", fmt.Errorf("healthcheck: SLUICE_ADMIN_LISTEN: expected host:port such as 127.0.0.1:9090, got %q", s.AdminListen)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		// A wildcard listener also listens on loopback (Go's "tcp"
+		// listeners on [::] are dual-stack).
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/healthz", nil
+}
+
+// databaseURL is the database's connection string: SLUICE_DATABASE_URL,
+// else DATABASE_URL; empty when neither is set.
+func databaseURL(url, alt string) string {
+	if url == "" {
+		return alt
+	}
+	return url
+}
+
+// errBadDatabaseURL is the problem of a connection string that pgx cannot
+// parse. pgx's message may echo the connection string; this names the
+// problem without repeating a password.
+var errBadDatabaseURL = errors.New("SLUICE_DATABASE_URL: not a valid Postgres connection string")
+
+// schemaProblem is the problem with SLUICE_DB_SCHEMA, or "" when it is a
+// schema sluice may use.
+func schemaProblem(schema string) string {
+	if !schemaName.MatchString(schema) || schema == "public" {
+		return fmt.Sprintf("SLUICE_DB_SCHEMA: expected a lower-case identifier other than public ([a-z_][a-z0-9_]*, at most 63 characters), got %q", schema)
+	}
+	return ""
 }
 
 // parse returns what f makes of the value of the variable name, or, when f

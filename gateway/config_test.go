@@ -1,8 +1,7 @@
-package main
+package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -269,7 +268,7 @@ func TestLoadAdminListen(t *testing.T) {
 	// check-config reports it like every other problem.
 	env := base()
 	env["SLUICE_ADMIN_LISTEN"] = "0.0.0.0:9090"
-	if err := run(context.Background(), []string{"check-config"}, env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_ADMIN_TOKEN: required") {
+	if err := CheckConfig(env, io.Discard); err == nil || !strings.Contains(err.Error(), "SLUICE_ADMIN_TOKEN: required") {
 		t.Fatalf("check-config: %v", err)
 	}
 }
@@ -313,7 +312,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		if k, ok := set["SLUICE_ADMIN_LISTEN"]; ok && k != "" {
 			delete(env, "SLUICE_ADMIN_TOKEN")
 		}
-		err := run(context.Background(), []string{"check-config"}, env, io.Discard)
+		err := CheckConfig(env, io.Discard)
 		if err == nil {
 			t.Errorf("%v: want a configuration error", set)
 			continue
@@ -326,7 +325,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	env := base()
 	env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"check-config"}, env, &out); err != nil {
+	if err := CheckConfig(env, &out); err != nil {
 		t.Fatal(err)
 	}
 	leaks("check-config", out.String())
@@ -335,7 +334,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	defer up.Close()
 	env["SLUICE_UPSTREAM"] = up.URL
 	core, logs := observer.New(zapcore.DebugLevel)
-	_, g := serveGateway(t, env, zap.New(core), nil)
+	_, g := serveGateway(t, env, Options{Logger: zap.New(core)})
 	for _, tok := range []string{token, "wrong"} {
 		req, _ := http.NewRequest("DELETE", g.admin+"/v1/keys?rule=login&ip=127.0.0.1", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -360,7 +359,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	env["SLUICE_DATABASE_URL"] = "postgres://sluice:" + password + "@127.0.0.1:1/x?connect_timeout=1"
 	core, logs = observer.New(zapcore.DebugLevel)
 	env["SLUICE_START_TIMEOUT"] = "0s"
-	_, r, _ := serveGatewayAsync(t, env, zap.New(core), nil)
+	_, r, _ := serveGatewayAsync(t, env, Options{Logger: zap.New(core)})
 	deadline := time.Now().Add(10 * time.Second)
 	for logs.FilterMessageSnippet("store not ready").Len() == 0 {
 		if time.Now().After(deadline) {

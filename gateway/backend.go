@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -136,7 +136,7 @@ func (b *backend) waitReady(ctx context.Context, timeout time.Duration) bool {
 func openPool(cfg *config, opts *postgres.Options) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.databaseURL)
 	if err != nil {
-		return nil, errors.New("SLUICE_DATABASE_URL: not a valid Postgres connection string")
+		return nil, errBadDatabaseURL
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "sluice"
 	if opts != nil {

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"bufio"
@@ -99,7 +99,7 @@ func TestTimeoutSettings(t *testing.T) {
 	if c.timeouts != want {
 		t.Fatalf("timeouts %+v, want %+v", c.timeouts, want)
 	}
-	g, err := newGateway(c, zap.NewNop())
+	g, err := newGateway(c, Options{Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
