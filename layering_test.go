@@ -31,6 +31,7 @@ var layers = map[string][]string{
 	"internal/httpserve": nil,
 	// Test and measurement support.
 	"internal/proctest": nil,
+	"faults":            nil, // tests only: see testLayers
 	"internal/pgtest":   {"internal/proctest", "limiter/postgres"},
 	"deploy":            nil,
 	"bench":             {"hashing", "limiter", "limiter/postgres", "policy"},
@@ -40,6 +41,14 @@ var layers = map[string][]string{
 	// The gateway assembles everything; main only dispatches to it.
 	"gateway": {"admin", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
 	"":        {"gateway"},
+}
+
+// testLayers says what the tests of a package that is tests and nothing
+// else may import of sluice. Other packages' tests may import anything.
+var testLayers = map[string][]string{
+	// The fault tests start gateways through gateway's API, as main does,
+	// and migrate through limiter/postgres where a test needs it.
+	"faults": {"gateway", "internal/pgtest", "internal/proctest", "limiter/postgres"},
 }
 
 // modules are the directories of sluice's modules: the product, and the
@@ -53,7 +62,7 @@ func TestLayering(t *testing.T) {
 	const module = "github.com/sluicehq/sluice"
 	var out []byte
 	for _, dir := range modules {
-		list := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+		list := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}} |{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`, "./...")
 		list.Dir = dir
 		b, err := list.Output()
 		if err != nil {
@@ -62,8 +71,17 @@ func TestLayering(t *testing.T) {
 		out = append(out, b...)
 	}
 	seen := map[string]bool{}
+	check := func(pkg, what string, imports []string, allowed []string) {
+		for _, imp := range imports {
+			dep, ours := strings.CutPrefix(imp, module+"/")
+			if ours && !slices.Contains(allowed, dep) {
+				t.Errorf("%q%s imports %q, which its layer does not allow (allowed: %v)", pkg, what, dep, allowed)
+			}
+		}
+	}
 	for line := range strings.Lines(string(out)) {
-		fields := strings.Fields(line)
+		code, tests, _ := strings.Cut(line, " |")
+		fields := strings.Fields(code)
 		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
 		seen[pkg] = true
 		allowed, ok := layers[pkg]
@@ -71,19 +89,16 @@ func TestLayering(t *testing.T) {
 			t.Errorf("package %q has no place in the layers (layering_test.go and the README's code map)", pkg)
 			continue
 		}
-		for _, imp := range fields[1:] {
-			dep, ours := strings.CutPrefix(imp, module+"/")
-			if !ours {
-				continue
-			}
-			if !slices.Contains(allowed, dep) {
-				t.Errorf("%q imports %q, which its layer does not allow (allowed: %v)", pkg, dep, allowed)
-			}
+		check(pkg, "", fields[1:], allowed)
+		if allowed, ok := testLayers[pkg]; ok {
+			check(pkg, " (its tests)", strings.Fields(tests), allowed)
 		}
 	}
-	for pkg := range layers {
-		if !seen[pkg] {
-			t.Errorf("layers names %q, which is no package: remove it", pkg)
+	for _, l := range []map[string][]string{layers, testLayers} {
+		for pkg := range l {
+			if !seen[pkg] {
+				t.Errorf("layering_test.go names %q, which is no package: remove it", pkg)
+			}
 		}
 	}
 }

@@ -3,8 +3,8 @@
 package main
 
 // Tests of the sluice binary as a whole: the commands main dispatches,
-// and the process's signals. The gateway's own tests, and for now the
-// fault tests, are in package gateway.
+// and the process's signals. The gateway's own tests are in package
+// gateway, the fault tests in package faults.
 
 import (
 	"bytes"

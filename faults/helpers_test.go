@@ -1,18 +1,21 @@
 //go:build unix
 
-package gateway
+package faults
+
+// Gateways in-process, requests to them, and what their metrics and logs
+// say.
 
 import (
-	"fmt"
+	"context"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
@@ -42,29 +46,75 @@ func faultEnv(upstream, dbURL string) map[string]string {
 	}
 }
 
-// faultGateway is a gateway serving on loopback whose logs are observed.
+// faultGateway is a gateway serving on loopback: in-process (g, with its
+// logs observed and the time it spends on each request measured), or a
+// process of the sluice binary (url and admin only).
 type faultGateway struct {
 	url, admin string
-	g          *Gateway
+	g          *gateway.Gateway
 	logs       *observer.ObservedLogs
 	served     *durations // how long each request took inside the gateway
 	stop       func() error
 }
 
 // startFault runs a gateway for env until the test ends (or stop is
-// called), logging at Info and above into an observer.
+// called), logging at Info and above into an observer, and returns once
+// its public listener is open.
 func startFault(t *testing.T, env map[string]string) *faultGateway {
 	t.Helper()
 	core, logs := observer.New(zapcore.InfoLevel)
 	served := &durations{}
-	g, r := serveGateway(t, env, Options{Logger: zap.New(core), Wrap: func(h http.Handler) http.Handler {
+	g, public := startGateway(t, env, gateway.Options{Logger: zap.New(core), Wrap: func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			began := time.Now()
 			h.ServeHTTP(w, r)
 			served.add(time.Since(began))
 		})
 	}})
-	return &faultGateway{url: r.url, admin: r.admin, g: g, logs: logs, served: served, stop: r.stop}
+	g.logs, g.served = logs, served
+	select {
+	case g.url = <-public:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the public listener did not open within 60s")
+	}
+	return g
+}
+
+// startGateway runs a gateway for env and opts on loopback until the test
+// ends (or stop is called), as main runs one: New, then Run with an admin
+// listener that serves at once and a public one that Run opens once the
+// store is ready, or SLUICE_START_TIMEOUT has passed. The public
+// listener's URL arrives on the channel then; g.url is empty until the
+// caller sets it.
+func startGateway(t *testing.T, env map[string]string, opts gateway.Options) (g *faultGateway, public <-chan string) {
+	t.Helper()
+	gw, err := gateway.New(env, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan string, 1)
+	openPublic := func() (net.Listener, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			opened <- "http://" + l.Addr().String()
+		}
+		return l, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx, admin, openPublic) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return &faultGateway{admin: "http://" + admin.Addr().String(), g: gw, stop: stop}, opened
 }
 
 // durations collects the times the gateway took to serve requests, from
@@ -273,6 +323,51 @@ func (u *upstream) count(path string) int {
 	return u.hits[path]
 }
 
+// poolConnections is the number of connections in g's database pool
+// (sluice_db_pool_connections, every state), gathered in-process.
+func (g *faultGateway) poolConnections(t *testing.T) int {
+	t.Helper()
+	families, err := g.g.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() == "sluice_db_pool_connections" {
+			for _, m := range f.GetMetric() {
+				n += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return int(n)
+}
+
+// countStatuses runs send(0) … send(n-1) concurrently and counts the status
+// codes they return; an error fails the test.
+func countStatuses(t *testing.T, n int, send func(i int) (int, error)) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			code, err := send(i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return codes
+}
+
 // burst sends n concurrent POST path with X-Key: key, spread over gws,
 // and counts the statuses; a transport error fails t.
 func burst(t *testing.T, gws []*faultGateway, path, key string, n int) map[int]int {
@@ -291,104 +386,6 @@ func expectExact(t *testing.T, gws []*faultGateway, key string) {
 	if codes := burst(t, gws, "/closed", key, 20); codes[200] != 5 || codes[429] != 15 {
 		t.Fatalf("20 requests on key %s against limit 5: %v, want 5×200 and 15×429", key, codes)
 	}
-}
-
-// traffic keeps requests flowing to every rule, each with a key of its
-// own (so that no limit is ever reached), until stopped, and checks that
-// each one is answered with a status its rule's fail mode allows.
-type traffic struct {
-	loops
-	n atomic.Int64
-}
-
-// loops are goroutines that run until stopped, and what they saw go
-// wrong (up to max reports), for one report at the end.
-type loops struct {
-	stopc chan struct{}
-	wg    sync.WaitGroup
-	max   int
-	mu    sync.Mutex
-	bad   []string
-}
-
-func newLoops(max int) loops { return loops{stopc: make(chan struct{}), max: max} }
-
-// loop runs f in a goroutine of its own again and again, until stop or
-// until f returns false.
-func (l *loops) loop(f func() bool) {
-	l.wg.Go(func() {
-		for {
-			select {
-			case <-l.stopc:
-				return
-			default:
-			}
-			if !f() {
-				return
-			}
-		}
-	})
-}
-
-func (l *loops) fail(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.bad) < l.max {
-		l.bad = append(l.bad, s)
-	}
-}
-
-// stop stops the loops, waits for them and returns what went wrong.
-func (l *loops) stop() []string {
-	close(l.stopc)
-	l.wg.Wait()
-	return l.bad
-}
-
-// allowedStatus lists, per path, the statuses a request with a fresh key
-// may get, whatever the database does.
-var allowedStatus = map[string][]int{
-	"/open":   {200},      // fail=open: always forwarded
-	"/closed": {200, 503}, // fail=closed: decided, or unavailable
-	"/local":  {200},      // fail=local: a fresh key is under any limit
-}
-
-// trafficRuns numbers the runs of startTraffic, so that each uses keys of
-// its own.
-var trafficRuns atomic.Int64
-
-func startTraffic(gws []*faultGateway, workers int) *traffic {
-	tr := &traffic{loops: newLoops(20)}
-	run := trafficRuns.Add(1)
-	paths := []string{"/open", "/closed", "/local"}
-	for w := range workers {
-		i := 0
-		tr.loop(func() bool {
-			path := paths[i%len(paths)]
-			g := gws[(w+i)%len(gws)]
-			r, err := g.post(path, fmt.Sprintf("bg-%d-%d-%d", run, w, i))
-			i++
-			tr.n.Add(1)
-			switch {
-			case err != nil:
-				tr.fail(fmt.Sprintf("%s: %v", path, err))
-			case !slices.Contains(allowedStatus[path], r.status):
-				tr.fail(fmt.Sprintf("%s: status %d", path, r.status))
-			}
-			return true
-		})
-	}
-	return tr
-}
-
-// stop stops the traffic and fails t if any request was not answered as
-// its fail mode says; it returns the number of requests sent.
-func (tr *traffic) stop(t *testing.T) int64 {
-	t.Helper()
-	if bad := tr.loops.stop(); len(bad) > 0 {
-		t.Errorf("background requests not answered as their fail modes say: %v", bad)
-	}
-	return tr.n.Load()
 }
 
 // logged returns the observed log entries at level or above whose message

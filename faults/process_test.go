@@ -1,0 +1,168 @@
+//go:build unix
+
+package faults
+
+// Gateways as processes of the sluice binary.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
+)
+
+// sluiceBinary builds the sluice binary once per test run, as users build
+// it (no race detector), and returns its path.
+func sluiceBinary(t *testing.T) string {
+	t.Helper()
+	return proctest.Build(t, "github.com/sluicehq/sluice")
+}
+
+// TestMain removes the binary sluiceBinary built, if any, once every test
+// of the package has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proctest.RemoveBuilt()
+	os.Exit(code)
+}
+
+// process is a sluice binary running as a child of the test, on free
+// loopback ports, its output collected.
+type process struct {
+	cmd           *exec.Cmd
+	public, admin string
+	out           *proctest.Buffer
+	exited        chan struct{}
+}
+
+// startProcess starts bin with env plus free SLUICE_LISTEN and
+// SLUICE_ADMIN_LISTEN ports; it is killed if the test binary dies, and
+// stopped when the test ends.
+func startProcess(t *testing.T, bin string, env map[string]string) *process {
+	t.Helper()
+	p := &process{public: proctest.FreeAddr(t), admin: proctest.FreeAddr(t), out: &proctest.Buffer{}}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = []string{"SLUICE_LISTEN=" + p.public, "SLUICE_ADMIN_LISTEN=" + p.admin, "SLUICE_LOG_LEVEL=warn"}
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	exited, err := proctest.StartChild(p.cmd, syscall.SIGKILL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.exited = exited
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// waitAccepts waits until the public port accepts a connection.
+func (p *process) waitAccepts(limit time.Duration) bool {
+	return proctest.Accepts(p.public, p.exited, limit, 2*time.Millisecond)
+}
+
+// stop sends SIGTERM and waits for the process to exit.
+func (p *process) stop(t *testing.T) {
+	if !proctest.Stop(p.cmd, p.exited, 30*time.Second) {
+		t.Errorf("sluice did not stop within 30s of SIGTERM:\n%s", p.output())
+	}
+}
+
+func (p *process) output() string { return p.out.String() }
+
+// metricValue returns the value of one series of the process's /metrics,
+// written as in the exposition; it is an error when the series is absent.
+// Unlike proctest.Scrape it may be called from any goroutine.
+func (p *process) metricValue(series string) (float64, error) {
+	res, err := faultClient.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no series %s", p.admin, series)
+}
+
+// storeMetrics returns the store's latency histogram and statement count
+// from the process's /metrics, for failure messages.
+func (p *process) storeMetrics() string {
+	res, err := faultClient.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, "sluice_store_duration_seconds_bucket") || strings.HasPrefix(l, "sluice_db_decide_statements_total") ||
+			strings.HasPrefix(l, "sluice_db_decisions_total") || strings.HasPrefix(l, "sluice_store_breaker") || strings.HasPrefix(l, "sluice_db_pool_") {
+			b.WriteString(l + " ")
+		}
+	}
+	return b.String()
+}
+
+// busyCores starts n processes that each keep a core busy, for at most a
+// minute; the returned function stops them.
+func busyCores(t *testing.T, n int) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	var cmds []*exec.Cmd
+	for range n {
+		cmd := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			for _, c := range cmds {
+				c.Wait() //nolint:errcheck // killed
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// rss returns the resident memory of process pid in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
