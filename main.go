@@ -12,7 +12,7 @@
 //
 // This file only dispatches: each command, and the assembly of a gateway
 // (settings, store, limiter, listeners, lifecycle, reloads), is in package
-// gateway.
+// gateway, the only package of sluice it imports.
 package main
 
 import (

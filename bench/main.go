@@ -13,6 +13,12 @@
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
+//
+// The harness is a module of its own (bench/go.mod), which the product
+// never imports. Of sluice it imports hashing, limiter, limiter/postgres
+// and policy only (the soak and the fleet run the store in-process); the
+// baseline, the Redis peer and the upstream say in their package comments
+// what they import.
 package main
 
 import (

@@ -8,4 +8,6 @@
 // A test whose tool is missing is skipped with a message naming the
 // package to install, and fails instead when the CI environment variable
 // is set; .ci/run installs them all.
+//
+// It has no code but tests, and nothing may import it.
 package deploy

@@ -6,6 +6,8 @@
 // keyed HMAC-SHA256 that is the only form stored, logged or exported as a
 // metric. Every gateway instance must share the key so that they count the
 // same client under the same key.
+//
+// It imports nothing of sluice.
 package hashing
 
 import (

@@ -3,6 +3,10 @@
 // A Store keeps the counters and makes one atomic decision for every rule
 // that matches a request. Limiter wraps a Store with the over-limit fast
 // path, the decision deadline and the fail modes.
+//
+// It imports only policy of sluice: never a particular store (memory and
+// postgres implement Store and import limiter, not the other way round),
+// nor anything of HTTP.
 package limiter
 
 import (

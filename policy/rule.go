@@ -3,6 +3,9 @@
 //
 // A Policy is immutable once parsed and safe for simultaneous use by
 // multiple goroutines.
+//
+// It imports nothing of sluice: the limiter, the proxy, the admin API and
+// the gateway build on it.
 package policy
 
 import "time"

@@ -5,6 +5,8 @@
 // same flushing — but with no rules, no identity extraction and no store.
 // The ratio of sluice's throughput to this one is then the cost of rate
 // limiting alone.
+//
+// Of sluice it imports only proxy and internal/httpserve.
 package main
 
 import (

@@ -12,6 +12,8 @@
 // deletes them when it is stopped (SIGTERM), so that runs never see one
 // another's counts. With -check it only reports whether Redis answers,
 // and its version.
+//
+// Of sluice it imports only hashing, proxy and proxy/identity.
 package main
 
 import (

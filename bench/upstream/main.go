@@ -7,6 +7,8 @@
 // target shares a Go runtime (scheduler, garbage collector) with anything
 // but itself: every hop of the measured chain is a separate process, as in
 // production.
+//
+// Of sluice it imports only internal/httpserve.
 package main
 
 import (

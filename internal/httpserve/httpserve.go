@@ -2,6 +2,8 @@
 // the one way the small servers of sluice's commands and of the load
 // harness (the demo upstream, the harness's upstream and baseline proxy)
 // serve and stop.
+//
+// It imports nothing of sluice.
 package httpserve
 
 import (

@@ -5,6 +5,9 @@
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. A test that
 // cannot reach it fails with instructions; it is never skipped, so a missing
 // database cannot pass for a green run.
+//
+// It is for tests only, and imports only internal/proctest and
+// limiter/postgres of sluice (for the migrations).
 package pgtest
 
 import (

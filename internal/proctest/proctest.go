@@ -3,6 +3,8 @@
 // a child's output, starting a child that dies with the test and stopping
 // it, waiting for a port to accept, reading a Prometheus exposition, and
 // small HTTP calls.
+//
+// It is for tests only, and imports nothing of sluice.
 package proctest
 
 import (

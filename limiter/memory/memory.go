@@ -15,6 +15,9 @@
 // attacker who floods fresh keys cannot push anyone's counter out to reset
 // it, and over-limit keys stay limited; what a flood does is make new keys
 // share a limit, which errs towards limiting more, never less.
+//
+// It imports only limiter and policy of sluice: nothing of HTTP, no other
+// store.
 package memory
 
 import (

@@ -22,6 +22,9 @@
 // simple_protocol) to the connection string; pgx reads it from there, and
 // every statement casts its parameters so that it means the same in every
 // mode.
+//
+// It imports only limiter, policy and migrations of sluice: nothing of
+// HTTP, no other store.
 package postgres
 
 import (

@@ -21,6 +21,9 @@
 // max(tat', now) + c·T − τ − now with tat' the state after it was counted
 // (for every other denied request this equals next − τ − now). That is the
 // only reading under which a retry at exactly now+RetryAfter is allowed.
+//
+// It imports only limiter and policy of sluice, never a particular store:
+// the stores' tests import it.
 package storetest
 
 import (

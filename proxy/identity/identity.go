@@ -13,6 +13,8 @@
 //
 // The package knows nothing of rules, hashing keys or forwarding: the proxy
 // decides which identifiers a request needs and buffers its body.
+//
+// It imports only hashing of sluice.
 package identity
 
 import (
