@@ -542,7 +542,7 @@ func TestExecModes(t *testing.T) {
 // connections plus one, and every one of them has the decide statement
 // prepared and has run it (its server process has compiled and planned
 // the function): the first decisions after readiness pay for none of it.
-// The end-to-end test (TestFaultColdStartUnderLoad in the root package)
+// The end-to-end test (TestFaultColdStartUnderLoad in package faults)
 // sees a cold pool only as latency, which a loaded machine blurs; this
 // sees it directly.
 func TestProbeWarmsThePool(t *testing.T) {
