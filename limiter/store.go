@@ -48,7 +48,17 @@ type Result struct {
 	// is not about this key alone: the over-limit cache does not remember
 	// it.
 	Shared bool
+	// Provisional reports, for a check that denied, that units of its
+	// counter are out on leases held by other gateways (see package
+	// postgres) and may be given back before RetryAfter: the over-limit
+	// cache remembers such a denial only briefly (ProvisionalHold).
+	Provisional bool
 }
+
+// ProvisionalHold is the longest the over-limit cache remembers a
+// Provisional denial: about the time other gateways take to give back
+// leased units that a denied gateway asked for.
+const ProvisionalHold = time.Second
 
 // Store keeps counters and decides.
 //

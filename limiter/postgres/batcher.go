@@ -68,10 +68,20 @@ type call struct {
 	queued  time.Time // when it joined the queue
 	checks  []limiter.Check
 	results []limiter.Result
+	leases  []leaseIO // nil: the call asks for no units
+	renewal bool      // a lease renewal's phantom request (Decision.Renewal)
 	allowed bool
+	nowUS   int64
+	sent    time.Time // when its statement was sent (Decision.Sent)
 	err     error
 	state   atomic.Uint32
 	done    chan struct{} // receives one token when state becomes callDone
+	// onDone, when set, receives the answer instead of a waiting caller
+	// (a background lease renewal); the drain calls it and recycles the
+	// call.
+	onDone func(*call)
+	// leaseBuf is leases' storage, kept across recycling.
+	leaseBuf []leaseIO
 }
 
 // Call states. A call moves from callQueued to callTaken (a drain took it)
@@ -87,10 +97,15 @@ const (
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-func newCall(checks []limiter.Check, now time.Time) *call {
+func newCall(checks []limiter.Check, leases []leaseIO, now time.Time) *call {
 	c := callPool.Get().(*call)
 	c.checks = append(c.checks[:0], checks...)
 	c.results = resize(c.results, len(checks))
+	c.leases = nil
+	if leases != nil {
+		c.leases = append(c.leaseBuf[:0], leases...)
+		c.leaseBuf = c.leases
+	}
 	c.state.Store(callQueued)
 	c.queued = now
 	return c
@@ -101,7 +116,8 @@ func newCall(checks []limiter.Check, now time.Time) *call {
 func (c *call) recycle() {
 	clear(c.checks) // drop the rule pointers and key strings
 	c.checks = c.checks[:0]
-	c.err, c.allowed = nil, false
+	c.err, c.allowed, c.nowUS, c.sent = nil, false, 0, time.Time{}
+	c.leases, c.renewal, c.onDone = nil, false, nil
 	callPool.Put(c)
 }
 
@@ -181,18 +197,63 @@ func (b *batcher) abort() {
 // would only miss the deadline. It counts as a timeout.
 var errQueueFull = &faultError{kind: limiter.ErrorTimeout, err: errors.New("postgres decide: too many decisions are waiting for the database")}
 
-// decideBatched is Decide through the batcher.
-func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
+// decideBatched is Decide through the batcher, with the lease requests io
+// (nil: none), which it fills with the answers. It also returns the
+// database's clock at the decision.
+func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO) (bool, int64, time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return false, decideErr(err)
+		return false, 0, time.Time{}, decideErr(err)
 	}
+	c, ok := s.enqueueCall(checks, io, nil)
+	if !ok {
+		return false, 0, time.Time{}, errQueueFull
+	}
+
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) ||
+			c.state.CompareAndSwap(callTaken, callAbandoned) {
+			// Still queued: it will never be sent. Or in a statement
+			// already: the statement decides it anyway (and its grants
+			// are lost: counted, never spent). Either way the drain that
+			// meets it recycles it.
+			return false, 0, time.Time{}, decideErr(ctx.Err())
+		}
+		<-c.done // callDone: the answer is there, take it
+	}
+	copy(results, c.results)
+	copy(io, c.leases)
+	allowed, nowUS, sent, err := c.allowed, c.nowUS, c.sent, c.err
+	c.recycle()
+	return allowed, nowUS, sent, err
+}
+
+// enqueueRenewal queues a background lease renewal for check c asking for
+// io, whose answer goes to onDone. It reports false when the queue is
+// full.
+func (s *Store) enqueueRenewal(c limiter.Check, io leaseIO, onDone func(*call)) bool {
+	_, ok := s.enqueueCall([]limiter.Check{c}, []leaseIO{io}, func(cl *call) {
+		cl.renewal = true
+		cl.onDone = onDone
+	})
+	return ok
+}
+
+// enqueueCall queues a call for checks and io, set up by prepare (if not
+// nil) before any drain can see it, and starts a drain when a slot is
+// free. It reports false, queuing nothing, when the queue is full.
+func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*call)) (*call, bool) {
 	b := s.batch
 	b.mu.Lock()
 	if len(b.queue) >= b.maxQueued {
 		b.mu.Unlock()
-		return false, errQueueFull
+		return nil, false
 	}
-	c := newCall(checks, b.clock.Now())
+	c := newCall(checks, io, b.clock.Now())
+	if prepare != nil {
+		prepare(c)
+	}
 	b.queue = append(b.queue, c)
 	start := b.inFlight < b.maxInFlight
 	if start {
@@ -207,23 +268,7 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 	if start {
 		b.drains.Go(s.drain)
 	}
-
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(callQueued, callAbandoned) ||
-			c.state.CompareAndSwap(callTaken, callAbandoned) {
-			// Still queued: it will never be sent. Or in a statement
-			// already: the statement decides it anyway. Either way the
-			// drain that meets it recycles it.
-			return false, decideErr(ctx.Err())
-		}
-		<-c.done // callDone: the answer is there, take it
-	}
-	copy(results, c.results)
-	ok, err := c.allowed, c.err
-	c.recycle()
-	return ok, err
+	return c, true
 }
 
 // drain decides queued calls, a batch per statement, until the queue is
@@ -249,7 +294,7 @@ func (s *Store) drain() {
 		}
 		ds = ds[:0]
 		for _, c := range calls {
-			ds = append(ds, Decision{Checks: c.checks, Results: c.results})
+			ds = append(ds, Decision{Checks: c.checks, Results: c.results, Leases: c.leases, Renewal: c.renewal})
 		}
 		ctx, cancel := s.batch.statementContext(s.opts.StatementTimeout)
 		err := s.run(ctx, ds, false)
@@ -257,7 +302,8 @@ func (s *Store) drain() {
 		if errors.As(err, &be) && len(ds) > 1 {
 			// One malformed decision must not fail the others.
 			for i, c := range calls {
-				ds[i].Allowed, c.err = s.decideOne(ctx, c.checks, c.results)
+				one := ds[i : i+1]
+				c.err = s.run(ctx, one, false)
 			}
 		} else {
 			for _, c := range calls {
@@ -275,11 +321,14 @@ func (s *Store) drain() {
 func (s *Store) finish(calls []*call, ds []Decision, err error) {
 	for i, c := range calls {
 		if ds != nil {
-			c.allowed = ds[i].Allowed
+			c.allowed, c.nowUS, c.sent = ds[i].Allowed, ds[i].NowUS, ds[i].Sent
 		} else {
 			c.allowed, c.err = false, err
 		}
-		if c.state.CompareAndSwap(callTaken, callDone) {
+		if c.onDone != nil {
+			c.onDone(c)
+			c.recycle()
+		} else if c.state.CompareAndSwap(callTaken, callDone) {
 			c.done <- struct{}{}
 		} else {
 			c.recycle() // abandoned: its caller is gone
@@ -405,5 +454,67 @@ func (s *Store) Collectors() []prometheus.Collector {
 			Name: "sluice_db_queued_decisions",
 			Help: "Decisions waiting for a statement while others are in flight.",
 		}, func() float64 { return float64(s.BatchStats().Queued) }),
+	}
+}
+
+// LeaseStats describe a Store's leases (see lease.go).
+type LeaseStats struct {
+	// Local counts the decisions answered from leases, without the
+	// database, since New.
+	Local uint64
+	// Grants counts the grants of leased units, and UnitsGranted their
+	// units; UnitsReturned the unspent units given back.
+	Grants, UnitsGranted, UnitsReturned uint64
+	// ReturnsLost counts leases whose return could not be sent or may not
+	// have been applied: their units stay counted until their windows end.
+	ReturnsLost uint64
+	// Counters is the number of counters with lease state now, and
+	// UnitsHeld the units they hold unspent.
+	Counters, UnitsHeld int64
+}
+
+// LeaseStats returns the store's lease counters; zero without leases.
+func (s *Store) LeaseStats() LeaseStats {
+	t := s.leases
+	if t == nil {
+		return LeaseStats{}
+	}
+	return LeaseStats{
+		Local: t.local.Load(), Grants: t.grants.Load(), UnitsGranted: t.unitsGranted.Load(),
+		UnitsReturned: t.unitsReturned.Load(), ReturnsLost: t.returnsLost.Load(),
+		Counters: t.n.Load(), UnitsHeld: t.held.Load(),
+	}
+}
+
+// LeaseCollectors returns Prometheus metrics of the store's leases:
+// sluice_lease_decisions_total (decisions answered from leased units,
+// without the database), sluice_lease_grants_total and
+// sluice_lease_units_granted_total, sluice_lease_units_returned_total,
+// sluice_lease_returns_lost_total, sluice_lease_counters and
+// sluice_lease_units_held.
+func (s *Store) LeaseCollectors() []prometheus.Collector {
+	counter := func(name, help string, f func(LeaseStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.LeaseStats())) })
+	}
+	gauge := func(name, help string, f func(LeaseStats) int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.LeaseStats())) })
+	}
+	return []prometheus.Collector{
+		counter("sluice_lease_decisions_total", "Decisions answered from leased units, without the database.",
+			func(st LeaseStats) uint64 { return st.Local }),
+		counter("sluice_lease_grants_total", "Grants of leased units.",
+			func(st LeaseStats) uint64 { return st.Grants }),
+		counter("sluice_lease_units_granted_total", "Units granted on leases.",
+			func(st LeaseStats) uint64 { return st.UnitsGranted }),
+		counter("sluice_lease_units_returned_total", "Leased units given back unspent.",
+			func(st LeaseStats) uint64 { return st.UnitsReturned }),
+		counter("sluice_lease_returns_lost_total", "Leases whose unspent units could not be given back; they stay counted until their windows end.",
+			func(st LeaseStats) uint64 { return st.ReturnsLost }),
+		gauge("sluice_lease_counters", "Counters this gateway keeps lease state for.",
+			func(st LeaseStats) int64 { return st.Counters }),
+		gauge("sluice_lease_units_held", "Leased units this gateway holds unspent.",
+			func(st LeaseStats) int64 { return st.UnitsHeld }),
 	}
 }

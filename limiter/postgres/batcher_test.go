@@ -180,7 +180,7 @@ func TestIdleDecisionGoesAtOnce(t *testing.T) {
 	db := pgtest.New(t)
 	g := newGate()
 	tr := &tracer{onDecide: g.hold}
-	s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now)
+	s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now, unleased)
 	r := fixed("r", 10, time.Minute)
 	for i := range 3 {
 		before := s.BatchStats()
@@ -214,12 +214,12 @@ func TestBurstSharesStatements(t *testing.T) {
 			db := pgtest.New(t)
 			g := newGate()
 			tr := &tracer{onDecide: g.hold}
-			s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now,
+			s := open(t, db, tracedPool(t, db, 4, tr), newClock(base).Now, unleased,
 				func(o *postgres.Options) { o.MaxInFlight = slots })
 			r := a.Make("hot", limit+1, time.Hour)
 			// The key exists already: two statements that both create a
 			// key make one of them retry (see TestNewKeyRace).
-			obs := open(t, db, nil, newClock(base).Now)
+			obs := open(t, db, nil, newClock(base).Now, unleased)
 			decide(t, obs, chk(r, "k"))
 			answers := make([]<-chan answer, decisions)
 			for i := range answers {
@@ -273,9 +273,9 @@ func heldStore(t *testing.T, g *gate, opts ...func(*postgres.Options)) (s, obs *
 	t.Helper()
 	db := pgtest.New(t)
 	tr := &tracer{onDecide: g.hold}
-	opts = append([]func(*postgres.Options){func(o *postgres.Options) { o.MaxInFlight = 1 }}, opts...)
+	opts = append([]func(*postgres.Options){unleased, func(o *postgres.Options) { o.MaxInFlight = 1 }}, opts...)
 	s = open(t, db, tracedPool(t, db, 2, tr), newClock(base).Now, opts...)
-	return s, open(t, db, nil, newClock(base).Now)
+	return s, open(t, db, nil, newClock(base).Now, unleased)
 }
 
 // holdSlot starts a decision of c on s, and returns where its answer will
@@ -467,8 +467,8 @@ func TestSentDecisionCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := open(t, db, pool, newClock(base).Now, func(o *postgres.Options) { o.MaxInFlight = 1 })
-	obs := open(t, db, nil, newClock(base).Now)
+	s := open(t, db, pool, newClock(base).Now, unleased, func(o *postgres.Options) { o.MaxInFlight = 1 })
+	obs := open(t, db, nil, newClock(base).Now, unleased)
 	r := fixed("r", 100, time.Hour)
 	first := holdSlot(t, s, g, chk(r, "first"))
 
@@ -557,7 +557,7 @@ func TestPreparedOnce(t *testing.T) {
 	db := pgtest.New(t)
 	tr := &tracer{}
 	pool := tracedPool(t, db, 1, tr)
-	s := open(t, db, pool, newClock(base).Now)
+	s := open(t, db, pool, newClock(base).Now, unleased)
 	r := fixed("r", 1000, time.Minute)
 	const n = 30
 	for i := range n {
@@ -587,7 +587,7 @@ func TestAsynchronousCommit(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
 			pool := pgtest.NewPool(t, db.URL, 1)
-			s := open(t, db, pool, newClock(base).Now, func(o *postgres.Options) { o.AsynchronousCommit = async })
+			s := open(t, db, pool, newClock(base).Now, unleased, func(o *postgres.Options) { o.AsynchronousCommit = async })
 			r := fixed("r", 10, time.Minute)
 			if ok, _ := decide(t, s, chk(r, "k")); !ok {
 				t.Fatal("denied")
@@ -618,11 +618,12 @@ func TestAsynchronousCommit(t *testing.T) {
 			defer tx.Rollback(ctx)
 			var nowUS int64
 			var allowed []bool
-			var remaining, resetUS, retryUS []int64
+			var remaining, resetUS, retryUS, granted []int64
+			var held []bool
 			if err := tx.QueryRow(ctx, postgres.DecideSQL(s), nil, false,
 				[]string{"r"}, []string{"k"}, []int16{0}, []int64{10}, []int64{60_000_000}, []int64{0}, []int64{0},
-				[]int32{0}, []int32{1}, []int64{1}, []bool{false}, []bool{false},
-			).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS); err != nil {
+				[]int32{0}, []int32{1}, []int64{1}, []bool{false}, []bool{false}, []int64{0}, []int64{0}, []int64{0},
+			).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS, &granted, &held); err != nil {
 				t.Fatal(err)
 			}
 			want := session
@@ -649,7 +650,7 @@ func TestAsynchronousCommit(t *testing.T) {
 func TestDecideUsesPrimaryKey(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	s := open(t, db, nil, newClock(base).Now)
+	s := open(t, db, nil, newClock(base).Now, unleased)
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -659,11 +660,13 @@ func TestDecideUsesPrimaryKey(t *testing.T) {
 		t.Helper()
 		var nowUS int64
 		var allowed []bool
-		var remaining, resetUS, retryUS []int64
+		var remaining, resetUS, retryUS, granted []int64
+		var held []bool
 		if err := tx.QueryRow(ctx, postgres.DecideSQL(s), nil, false,
 			[]string{"r", "r"}, []string{key, key + "2"}, []int16{0, 0}, []int64{10, 10}, []int64{60_000_000, 60_000_000},
 			[]int64{0, 0}, []int64{0, 0}, []int32{0, 0}, []int32{1, 2}, []int64{1, 1}, []bool{false, false}, []bool{false, false},
-		).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS); err != nil {
+			[]int64{0, 0}, []int64{0, 0}, []int64{0, 0},
+		).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS, &granted, &held); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -723,7 +726,7 @@ func TestConfigurePool(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		s := open(t, db, pool, newClock(base).Now)
+		s := open(t, db, pool, newClock(base).Now, unleased)
 		if ok, _ := decide(t, s, chk(fixed("r", 1, time.Minute), tc.url)); !ok {
 			t.Error("denied")
 		}
@@ -743,7 +746,7 @@ func sepFor(url string) string {
 // TestCollectors: the statement metrics follow BatchStats.
 func TestCollectors(t *testing.T) {
 	db := pgtest.New(t)
-	s := open(t, db, nil, newClock(base).Now)
+	s := open(t, db, nil, newClock(base).Now, unleased)
 	r := fixed("r", 10, time.Minute)
 	decide(t, s, chk(r, "a"))
 	decide(t, s, chk(r, "b"), chk(r, "c"))

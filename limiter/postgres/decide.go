@@ -20,8 +20,28 @@ import (
 type Decision struct {
 	Checks  []limiter.Check
 	Results []limiter.Result
+	// Leases, when not nil, has one entry per check: what the check asks to
+	// lease, and what it was granted (see lease.go). Nil asks for nothing.
+	Leases []leaseIO
+	// Renewal marks a decision made only to lease (lease.go): its checks
+	// are phantom requests that never count as count=all.
+	Renewal bool
 	// Allowed is the combined verdict, as limiter.Allowed computes it.
 	Allowed bool
+	// NowUS is the database's clock at the decision (µs).
+	NowUS int64
+	// Sent is the local instant the decision's statement was sent: before
+	// the database read its clock (see lease.go).
+	Sent time.Time
+}
+
+// leaseIO is one check's part in leasing: the units it asks for, the units
+// this gateway holds on the counter under mark (so that the database does
+// not count them as held by others), and the answer.
+type leaseIO struct {
+	want, held, mark int64
+	// granted is the units the database granted beyond the check's cost.
+	granted int64
 }
 
 // Decide decides one request against its checks, as limiter.Store
@@ -36,19 +56,10 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 	if len(checks) == 0 {
 		return true, nil
 	}
-	if s.batch != nil {
-		return s.decideBatched(ctx, checks, results)
+	if s.leases != nil {
+		return s.decideLeased(ctx, checks, results)
 	}
-	return s.decideOne(ctx, checks, results)
-}
-
-// decideOne sends one decision in a statement of its own.
-func (s *Store) decideOne(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
-	d := [1]Decision{{Checks: checks, Results: results}}
-	if err := s.run(ctx, d[:], false); err != nil {
-		return false, err
-	}
-	return d[0].Allowed, nil
+	return s.decideRemote(ctx, checks, results, nil)
 }
 
 // decideErr wraps an error of a decision that never reached run.
@@ -99,12 +110,20 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 		s.nDecisions.Add(uint64(len(ds)))
 	}
 	reconnected := false
+	var sent time.Time
 	for attempt := 1; ; attempt++ {
 		if !peek {
 			s.nStatements.Add(1)
 		}
-		err = b.query(ctx, s.pool, s.q.decide, s.nowParam(), peek)
-		if err == nil || ctx.Err() != nil {
+		// One reading of the test clock, when there is one, for both.
+		sent = s.localNow()
+		var now *int64
+		if s.opts.Now != nil {
+			us := sent.UnixMicro()
+			now = &us
+		}
+		err = s.query(ctx, b, peek, now)
+		if err == nil || ctx.Err() != nil || errors.Is(err, errUncertain) {
 			break
 		}
 		var pgErr *pgconn.PgError
@@ -128,6 +147,48 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 		return fmt.Errorf("postgres decide: %w", s.fault(err))
 	}
 	b.fill(ds)
+	for i := range ds {
+		ds[i].Sent = sent
+	}
+	return nil
+}
+
+// errUncertain is wrapped by the error of a decide statement that
+// returned as if it had committed, but whose commit may not be durable: a
+// wait for a synchronous standby that was cancelled (Postgres then commits
+// locally, answers with success, and only warns), or a statement whose
+// context ended while it ran (the cancel may have been what ended that
+// wait). Its outcome counts as unknown: its decisions fail, so that no
+// request is allowed and no leased unit spent on a count a failover could
+// lose. It counts as a timeout.
+var errUncertain = errors.New("the commit's outcome is unknown (a wait for a synchronous standby was cancelled, or the statement's deadline passed as it ended)")
+
+// warnedKey marks, in a connection's CustomData, that the server sent a
+// WARNING since it was last cleared (see ConfigurePool).
+const warnedKey = "sluice.warned"
+
+// query runs the built batch's decide statement on a pooled connection, at
+// now (nil: the database clock; see nowParam), and
+// reports the outcome as uncertain (errUncertain) when the server warned
+// while it ran or ctx ended meanwhile (see errUncertain).
+func (s *Store) query(ctx context.Context, b *batch, peek bool, now *int64) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	data := conn.Conn().PgConn().CustomData()
+	delete(data, warnedKey)
+	err = b.query(ctx, conn, s.q.decide, now, peek)
+	if err != nil {
+		return err
+	}
+	if _, warned := data[warnedKey]; warned {
+		return &faultError{kind: limiter.ErrorTimeout, err: errUncertain}
+	}
+	if ctx.Err() != nil {
+		return &faultError{kind: limiter.ErrorTimeout, err: fmt.Errorf("%w: %w", errUncertain, ctx.Err())}
+	}
 	return nil
 }
 
@@ -165,14 +226,17 @@ type batch struct {
 	sAlg                             []int16
 	sLimit, sWindow, sBucket, sBurst []int64
 	// Checks, in the order of the decisions and their checks.
-	cDecision, cSlot   []int32
-	cCost              []int64
-	cCountAll, cShadow []bool
-	params             []limiter.Params // per slot
+	cDecision, cSlot     []int32
+	cCost                []int64
+	cCountAll, cShadow   []bool
+	cLease, cHeld, cMark []int64
+	params               []limiter.Params // per slot
 	// Answers.
 	nowUS                       int64
 	allowed                     []bool
 	remaining, resetUS, retryUS []int64
+	granted                     []int64
+	held                        []bool
 
 	// Scratch for building: slots in first-seen order, each check's slot
 	// in that order, and a map for large batches.
@@ -219,6 +283,7 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 	b.raw = b.raw[:0]
 	b.slot = b.slot[:0]
 	b.cDecision, b.cCost, b.cCountAll, b.cShadow = b.cDecision[:0], b.cCost[:0], b.cCountAll[:0], b.cShadow[:0]
+	b.cLease, b.cHeld, b.cMark = b.cLease[:0], b.cHeld[:0], b.cMark[:0]
 	total := 0
 	for _, d := range ds {
 		if len(d.Results) != len(d.Checks) {
@@ -231,7 +296,10 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 		b.index = make(map[slotKey]int32)
 	}
 	for di, d := range ds {
-		for _, c := range d.Checks {
+		if d.Leases != nil && len(d.Leases) != len(d.Checks) {
+			return 0, fmt.Errorf("%d lease entries for %d checks", len(d.Leases), len(d.Checks))
+		}
+		for ci, c := range d.Checks {
 			if c.Rule == nil {
 				return 0, errors.New("check without a rule")
 			}
@@ -265,8 +333,15 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 			b.slot = append(b.slot, idx)
 			b.cDecision = append(b.cDecision, int32(di))
 			b.cCost = append(b.cCost, max(1, c.Rule.Cost))
-			b.cCountAll = append(b.cCountAll, c.Rule.CountAll)
+			b.cCountAll = append(b.cCountAll, c.Rule.CountAll && !d.Renewal)
 			b.cShadow = append(b.cShadow, c.Rule.Shadow)
+			var l leaseIO
+			if d.Leases != nil {
+				l = d.Leases[ci]
+			}
+			b.cLease = append(b.cLease, l.want)
+			b.cHeld = append(b.cHeld, l.held)
+			b.cMark = append(b.cMark, l.mark)
 		}
 	}
 
@@ -319,11 +394,13 @@ func (b *batch) query(ctx context.Context, q querier, sql string, now *int64, pe
 		now, peek,
 		b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst,
 		b.cDecision, b.cSlot, b.cCost, b.cCountAll, b.cShadow,
-	).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS)
+		b.cLease, b.cHeld, b.cMark,
+	).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS, &b.granted, &b.held)
 	if err != nil {
 		return err
 	}
-	if n := len(b.slot); len(b.allowed) != n || len(b.remaining) != n || len(b.resetUS) != n || len(b.retryUS) != n {
+	if n := len(b.slot); len(b.allowed) != n || len(b.remaining) != n || len(b.resetUS) != n ||
+		len(b.retryUS) != n || len(b.granted) != n || len(b.held) != n {
 		return fmt.Errorf("%d results for %d checks", len(b.allowed), n)
 	}
 	return nil
@@ -345,9 +422,16 @@ func (b *batch) fill(ds []Decision) {
 				Reset:      time.UnixMicro(reset).UTC(),
 				ResetAfter: time.Duration(max(0, reset-b.nowUS)) * time.Microsecond,
 				RetryAfter: time.Duration(max(0, b.retryUS[q])) * time.Microsecond,
+				// Units leased to other gateways may come back: a denial
+				// is not for the whole RetryAfter.
+				Provisional: b.held[q],
+			}
+			if d.Leases != nil {
+				d.Leases[j].granted = b.granted[q]
 			}
 			q++
 		}
 		d.Allowed = limiter.Allowed(d.Checks, d.Results)
+		d.NowUS = b.nowUS
 	}
 }

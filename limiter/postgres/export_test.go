@@ -47,3 +47,17 @@ func SetBatchClock(s *Store, clock interface {
 }) {
 	s.batch.clock = clock
 }
+
+// LeaseWant is leaseWant: how many units a lease asks for.
+var LeaseWant = leaseWant
+
+// SettleLeases does at now what Run's lease upkeep does in the background:
+// it ends the leases whose deadline passed and sends every queued return.
+func SettleLeases(ctx context.Context, s *Store, now time.Time) error {
+	s.leases.sweep(now, leaseIdle)
+	return s.flushReturns(ctx)
+}
+
+// DropLeases forgets every lease of s without giving anything back, as a
+// gateway that dies does.
+func DropLeases(s *Store) { s.leases.dropAll(false) }

@@ -224,6 +224,12 @@ func (s *Store) watchBreaker(ctx context.Context) {
 		state := s.breaker.State()
 		if state == limiter.BreakerOpen && prev != limiter.BreakerOpen {
 			s.abort()
+			if s.leases != nil && s.opts.AsynchronousCommit {
+				// Without synchronous commit, a crash of the database can
+				// lose the last grants: units spent from them after it
+				// would be counted nowhere.
+				s.leases.dropAll(false)
+			}
 		}
 		prev = state
 		select {
@@ -274,6 +280,11 @@ func (s *Store) trip(err error) {
 //     loaded machine). A connection that cannot make that decision (the
 //     schema is not migrated yet) is not kept: the pool holds warm
 //     connections only. An AfterConnect already in cfg runs after that.
+//   - The server's warnings are noted on the connection (CustomData), so
+//     that a decide statement during which the server warned counts as
+//     uncertain (errUncertain): a commit whose wait for a synchronous
+//     standby was cancelled succeeds with only a warning. Without this, a
+//     cancelled wait would count as a durable grant.
 //   - A connection is not pinged before use, unless cfg.ShouldPing says
 //     otherwise. pgxpool pings one that was idle for a second, a round
 //     trip more on the decision's deadline for the first request after
@@ -296,6 +307,19 @@ func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	}
 	decide := loadQueries(opts.Schema, opts.AsynchronousCommit).decide
+	notice := cfg.ConnConfig.OnNotice
+	cfg.ConnConfig.OnNotice = func(c *pgconn.PgConn, n *pgconn.Notice) {
+		sev := n.SeverityUnlocalized
+		if sev == "" {
+			sev = n.Severity
+		}
+		if sev == "WARNING" {
+			c.CustomData()[warnedKey] = true
+		}
+		if notice != nil {
+			notice(c, n)
+		}
+	}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		// Simple protocol: a statement run once is not worth preparing.

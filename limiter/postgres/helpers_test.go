@@ -52,6 +52,10 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 	}
 }
 
+// unleased is an option of open: every decision goes to the database, as
+// the tests of the batcher and of the statements count them.
+func unleased(o *postgres.Options) { o.Leasing = postgres.Unleased }
+
 // instance opens a store on db's schema and clk with a pool of its own, as
 // one of several gateways that share a database.
 func instance(t *testing.T, db *pgtest.DB, clk *storetest.Clock) *postgres.Store {

@@ -70,7 +70,7 @@ func (s *Store) changeOverride(ctx context.Context, rule, key, sql string, args 
 	if err := s.RefreshOverrides(ctx); err != nil {
 		return err
 	}
-	s.forget(rule, key, time.UnixMicro(atUS))
+	s.keyEvent(rule, key, time.UnixMicro(atUS))
 	return nil
 }
 

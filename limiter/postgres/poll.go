@@ -77,7 +77,7 @@ func (s *Store) poll(ctx context.Context, since int64) (int64, error) {
 	)
 	_, err = pgx.ForEachRow(rows, []any{&rule, &key, &atUS, &gen}, func() error {
 		if rule != nil && key != nil {
-			s.forget(*rule, *key, time.UnixMicro(atUS))
+			s.keyEvent(*rule, *key, time.UnixMicro(atUS))
 			return nil
 		}
 		now = atUS

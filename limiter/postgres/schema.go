@@ -13,15 +13,22 @@ import (
 // one embedded file beside the code that calls it: migrations.Up installs
 // them after the numbered migrations (see migrations.Definition).
 var definitions = func() []migrations.Definition {
-	b, err := queryFiles.ReadFile("sql/decide_function.sql")
-	if err != nil {
-		panic(err) // embedded: cannot happen
+	var defs []migrations.Definition
+	for _, f := range []struct{ name, file string }{
+		{"decide", "sql/decide_function.sql"},
+		{"leases", "sql/lease_functions.sql"},
+	} {
+		b, err := queryFiles.ReadFile(f.file)
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		d, err := migrations.ParseDefinition(f.name, string(b))
+		if err != nil {
+			panic(err) // a test loads it: cannot happen in a built binary
+		}
+		defs = append(defs, d)
 	}
-	d, err := migrations.ParseDefinition("decide", string(b))
-	if err != nil {
-		panic(err) // a test loads it: cannot happen in a built binary
-	}
-	return []migrations.Definition{d}
+	return defs
 }()
 
 // Migrate brings schema up to date for this store: the numbered

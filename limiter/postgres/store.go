@@ -65,6 +65,7 @@ const (
 	DefaultMaxQueued         = 8192
 	DefaultStatementTimeout  = 5 * time.Second
 	DefaultBatchWait         = 2 * time.Millisecond
+	DefaultMaxLeases         = 100_000
 )
 
 // maxAttempts bounds the attempts of a decision that decide gave up on
@@ -81,6 +82,18 @@ const (
 	// Unbatched turns the batcher off: every Decide sends a statement of
 	// its own. It exists to compare the two.
 	Unbatched
+)
+
+// Leasing says whether the store spends parts of limits in memory (see
+// lease.go).
+type Leasing uint8
+
+const (
+	// Leased, the default: counters with room are leased to this gateway
+	// in slices, and requests answered from them in memory.
+	Leased Leasing = iota
+	// Unleased: every decision goes to the database.
+	Unleased
 )
 
 // Options configure a Store. The zero value of every field means its
@@ -168,6 +181,13 @@ type Options struct {
 	// batcher.go): a database that does not answer within it loses the
 	// connection. Zero means DefaultStatementTimeout.
 	StatementTimeout time.Duration
+	// Leasing says whether counters with room are leased (lease.go). Zero
+	// means Leased.
+	Leasing Leasing
+	// MaxLeases bounds the counters this store keeps lease state for; past
+	// it, new counters are decided per request. Zero means
+	// DefaultMaxLeases.
+	MaxLeases int
 	// AsynchronousCommit commits the decisions' transactions with
 	// synchronous_commit off (SET LOCAL, so it holds through a
 	// transaction-mode pooler and touches no other transaction): a commit
@@ -198,6 +218,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Batching > Unbatched {
 		return o, fmt.Errorf("postgres store: Batching %d: unknown", o.Batching)
 	}
+	if o.Leasing > Unleased {
+		return o, fmt.Errorf("postgres store: Leasing %d: unknown", o.Leasing)
+	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -212,6 +235,7 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxQueued = positiveOr(o.MaxQueued, DefaultMaxQueued)
 	o.StatementTimeout = positiveOr(o.StatementTimeout, DefaultStatementTimeout)
 	o.BatchWait = cmp.Or(o.BatchWait, DefaultBatchWait)
+	o.MaxLeases = positiveOr(o.MaxLeases, DefaultMaxLeases)
 	return o, nil
 }
 
@@ -235,7 +259,8 @@ type Store struct {
 	cleanupKey int64
 	q          queries
 	overrides  atomic.Pointer[overrideSet]
-	batch      *batcher // nil when Unbatched
+	batch      *batcher    // nil when Unbatched
+	leases     *leaseTable // nil when Unleased
 	breaker    *limiter.CircuitBreaker
 	forget     func(rule, key string, at time.Time)
 
@@ -250,6 +275,7 @@ type Store struct {
 type queries struct {
 	decide, cleanupLock, cleanup, reset, poll, prune                     string
 	overrideEpoch, overrideLoad, overrideSet, overrideDel, schemaVersion string
+	leaseReturn                                                          string
 }
 
 // New returns a Store on pool and opts.Schema. It touches nothing: the
@@ -276,6 +302,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	if s.forget == nil {
 		s.forget = func(string, string, time.Time) {}
+	}
+	if opts.Leasing == Leased {
+		s.leases = newLeaseTable(opts.MaxLeases)
 	}
 	s.overrides.Store(&overrideSet{generation: -1})
 	if opts.Batching == Batched {
@@ -308,6 +337,7 @@ func loadQueries(schema string, asyncCommit bool) queries {
 		overrideSet:   loadQuery(schema, "override_set"),
 		overrideDel:   loadQuery(schema, "override_delete"),
 		schemaVersion: loadQuery(schema, "schema_version"),
+		leaseReturn:   loadQuery(schema, "lease_return"),
 	}
 }
 
@@ -320,16 +350,38 @@ func loadQuery(schema, name string) string {
 	return strings.ReplaceAll(string(b), migrations.Placeholder, pgx.Identifier{schema}.Sanitize())
 }
 
-// Reset forgets c's counter: its next request starts from a full limit.
-// Every instance's Forget hears of it (this one's at once), with the
-// reset's time on the database clock.
+// Reset forgets c's counter: its next request starts from a full limit,
+// less the units other gateways hold on leases of it until they give them
+// back (see reset_counter). Every instance hears of it (this one at once),
+// with the reset's time on the database clock: its over-limit cache
+// forgets the key and its leases of the key are given up.
 func (s *Store) Reset(ctx context.Context, c limiter.Check) error {
 	var atUS int64
-	if err := s.pool.QueryRow(ctx, s.q.reset, c.Rule.Name, c.Key).Scan(&atUS); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.reset, s.nowParam(), c.Rule.Name, c.Key).Scan(&atUS); err != nil {
 		return fmt.Errorf("postgres store: reset rule %q: %w", c.Rule.Name, s.fault(err))
 	}
-	s.forget(c.Rule.Name, c.Key, time.UnixMicro(atUS))
+	s.keyEvent(c.Rule.Name, c.Key, time.UnixMicro(atUS))
 	return nil
+}
+
+// keyEvent handles a key event at at (database clock): an admin reset, an
+// override change, or a gateway asking for the key's leased units. This
+// instance's leases of the key granted before it are given up and its
+// over-limit cache forgets the key.
+func (s *Store) keyEvent(rule, key string, at time.Time) {
+	if s.leases != nil {
+		s.leases.invalidate(rule, key, at)
+	}
+	s.forget(rule, key, at)
+}
+
+// localNow is the clock of leases: Options.Now when a test set it (the
+// database clock is then Now too), else the wall clock.
+func (s *Store) localNow() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
+	}
+	return time.Now()
 }
 
 // Run does the Store's background work until ctx is cancelled, and owns
@@ -351,9 +403,16 @@ func (s *Store) Run(ctx context.Context) {
 	}
 	wg.Go(func() { s.runPoll(ctx) })
 	wg.Go(func() { s.runCleanup(ctx) })
+	if s.leases != nil {
+		wg.Go(func() { s.runLeases(ctx) })
+	}
 	wg.Wait()
 	if s.batch != nil {
 		s.batch.drains.Wait()
+	}
+	if s.leases != nil {
+		// After the drains, so that no renewal grants more meanwhile.
+		s.returnAll(ctx)
 	}
 }
 

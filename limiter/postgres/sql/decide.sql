@@ -1,7 +1,7 @@
--- One batch of decisions in one statement; see migrations/0003_decide.up.sql.
+-- One batch of decisions in one statement; see decide_function.sql.
 -- Every parameter is cast so that the statement means the same under every
 -- pgx query exec mode, including simple_protocol (PgBouncer).
-SELECT now_us, allowed, remaining, reset_us, retry_us
+SELECT now_us, allowed, remaining, reset_us, retry_us, granted, held
 FROM {{schema}}.decide(
     $1::bigint,      -- now (µs) for tests, NULL = database clock
     $2::boolean,     -- peek: consume nothing
@@ -16,5 +16,8 @@ FROM {{schema}}.decide(
     $11::integer[],  --         slot (1-based)
     $12::bigint[],   --         cost
     $13::boolean[],  --         count=all
-    $14::boolean[]   --         shadow
+    $14::boolean[],  --         shadow
+    $15::bigint[],   --         lease: units asked for
+    $16::bigint[],   --         lease: units this gateway holds
+    $17::bigint[]    --         lease: their mark
 )

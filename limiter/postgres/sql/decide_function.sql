@@ -1,4 +1,4 @@
--- version: 4
+-- version: 5
 --
 -- decide: the whole limiter decision, computed in the database with the
 -- database's clock, for a list of decisions at once. The store that calls
@@ -31,9 +31,19 @@
 --   c_decision     decision number; checks of one decision are adjacent and
 --                  decisions are applied in the order they appear
 --   c_slot         1-based index of the check's counter in the slots
---   c_cost         tokens consumed, >= 1 (0 peeks without consuming)
+--   c_cost         tokens consumed, >= 1
 --   c_count_all    the rule has count=all
 --   c_shadow       the rule is shadow
+--   c_lease        units the gateway asks to lease beyond the check's cost
+--                  (0: none); granted only to a check of an allowed
+--                  decision, at most a quarter of the room left after it,
+--                  in whole multiples of c_cost, and never for token
+--                  counters
+--   c_held         units this gateway holds on a lease of the counter under
+--                  c_mark (its own, so not "held by others"); 0 when none
+--   c_mark         the mark (window start, or sliding bucket index) of
+--                  that lease; c_held counts only when it is the
+--                  counter's current mark
 -- p_peek: decide but consume nothing and write nothing (the admin API's view
 -- of a counter: what a request would get now).
 -- p_now_us overrides the clock (µs since the Unix epoch) for tests; NULL
@@ -46,7 +56,19 @@
 --
 -- Returns the clock used (µs) and, per check in input order: the check's own
 -- verdict, the room left, the reset time (µs) and the retry-after (µs, 0 when
--- the check allowed), all computed after the decision consumed.
+-- the check allowed), all computed after the decision consumed and after any
+-- lease it was granted; the units granted; and, for a denied check, whether
+-- other gateways hold leased units of its counter that may come back before
+-- the retry-after (held).
+--
+-- Leases (limiter/postgres/lease.go; the columns are explained in migration
+-- 0006): a granted lease is counted in n (and, for sliding, in the current
+-- bucket) at once, so a counter never passes its limit whatever the holder
+-- does, and it is added to leased under the counter's current mark. A
+-- denied check whose counter has units leased to others (leased less the
+-- asker's own c_held) asks for them back, at most once per need interval
+-- per counter: a key event, which every gateway reads in its poll, makes the
+-- holders return what they have not spent.
 --
 -- Concurrency: the counters a batch touches that exist are locked FOR
 -- UPDATE in (rule, key) order, then those that do not are inserted in that
@@ -72,7 +94,13 @@
 --
 -- Writes: each counter whose state changed is written once, by one UPDATE at
 -- the end that touches no indexed column (a HOT update). Counters that
--- consumed nothing are not written. A row this call inserted and that
+-- consumed nothing, were granted nothing and asked for nothing are not
+-- written.
+--
+-- Version 5 added the lease arguments and results. A function's arguments
+-- are its identity, so this creates a new function beside version 4's,
+-- which older gateways of a rolling deploy keep calling (their decisions
+-- stay exact: they count in n, which includes leased units). A row this call inserted and that
 -- consumed nothing is deleted again before commit, so a flood of denied
 -- requests from new keys leaves no rows behind.
 CREATE OR REPLACE FUNCTION {{schema}}.decide(
@@ -90,11 +118,16 @@ CREATE OR REPLACE FUNCTION {{schema}}.decide(
     c_cost      bigint[],
     c_count_all boolean[],
     c_shadow    boolean[],
+    c_lease     bigint[],
+    c_held      bigint[],
+    c_mark      bigint[],
     OUT now_us    bigint,
     OUT allowed   boolean[],
     OUT remaining bigint[],
     OUT reset_us  bigint[],
-    OUT retry_us  bigint[])
+    OUT retry_us  bigint[],
+    OUT granted   bigint[],
+    OUT held      boolean[])
 LANGUAGE plpgsql
 -- Generic plans for the statements inside: their parameters are arrays
 -- whose plans do not depend on the values, and the default (custom plans,
@@ -125,6 +158,9 @@ DECLARE
     raw_off  integer[];  -- offset of the row's buckets in raw_ring
     raw_len  integer[];
     raw_ring bigint[] := '{}';
+    raw_leased bigint[];
+    raw_mark   bigint[];
+    raw_need   bigint[];
     fresh    boolean[];  -- no row before this call: no state yet
     locked   integer := 0;
     inserted integer;
@@ -141,6 +177,13 @@ DECLARE
     st_off integer[] := array_fill(0, ARRAY[ns]);          -- sliding: offset of the slot's pairs in ring
     st_len integer[] := array_fill(0, ARRAY[ns]);          -- sliding: number of pairs
     ring   bigint[] := '{}';
+    -- Leases per slot: units leased under the current mark, the mark, and
+    -- when the counter last asked for units back.
+    st_leased bigint[] := array_fill(0::bigint, ARRAY[ns]);
+    st_mark   bigint[] := array_fill(0::bigint, ARRAY[ns]);
+    st_need   bigint[] := array_fill(0::bigint, ARRAY[ns]);
+    need      boolean[] := array_fill(false, ARRAY[ns]);  -- ask for units back
+    n_need    integer := 0;
 
     -- Per check.
     verdict boolean[];
@@ -171,8 +214,13 @@ DECLARE
     tt    bigint;   -- token emission interval T
     tau   bigint;   -- token tolerance
     rst   bigint;
+    g     bigint;   -- units granted
     m     integer;
     z     integer;
+    -- A denied counter asks the holders of its leased units for them back
+    -- at most once per need_interval (µs): the holders answer within their
+    -- poll interval, and a hot key must not write a key event per denial.
+    need_interval constant bigint := 250000;
 BEGIN
     IF cardinality(s_key) IS DISTINCT FROM cardinality(s_rule)
        OR cardinality(s_alg) IS DISTINCT FROM cardinality(s_rule)
@@ -183,7 +231,10 @@ BEGIN
        OR cardinality(c_decision) IS DISTINCT FROM cardinality(c_slot)
        OR cardinality(c_cost) IS DISTINCT FROM cardinality(c_slot)
        OR cardinality(c_count_all) IS DISTINCT FROM cardinality(c_slot)
-       OR cardinality(c_shadow) IS DISTINCT FROM cardinality(c_slot) THEN
+       OR cardinality(c_shadow) IS DISTINCT FROM cardinality(c_slot)
+       OR cardinality(c_lease) IS DISTINCT FROM cardinality(c_slot)
+       OR cardinality(c_held) IS DISTINCT FROM cardinality(c_slot)
+       OR cardinality(c_mark) IS DISTINCT FROM cardinality(c_slot) THEN
         RAISE EXCEPTION 'sluice decide: slot and check arrays must each have equal lengths'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -191,6 +242,8 @@ BEGIN
     remaining := array_fill(0::bigint, ARRAY[nc]);
     reset_us  := array_fill(0::bigint, ARRAY[nc]);
     retry_us  := array_fill(0::bigint, ARRAY[nc]);
+    granted   := array_fill(0::bigint, ARRAY[nc]);
+    held      := array_fill(false, ARRAY[nc]);
     IF nc = 0 OR ns = 0 THEN
         now_us := coalesce(p_now_us, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
         RETURN;
@@ -207,6 +260,9 @@ BEGIN
     raw_b   := array_fill(0::bigint, ARRAY[ns]);
     raw_off := array_fill(0, ARRAY[ns]);
     raw_len := array_fill(0, ARRAY[ns]);
+    raw_leased := array_fill(0::bigint, ARRAY[ns]);
+    raw_mark   := array_fill(0::bigint, ARRAY[ns]);
+    raw_need   := array_fill(0::bigint, ARRAY[ns]);
     fresh   := array_fill(true, ARRAY[ns]);
     pass    := 1;
     LOOP
@@ -220,7 +276,8 @@ BEGIN
         IF pass = 1 OR (locked = 0 AND inserted = 0) THEN
             -- Every slot, waiting for each lock in canonical order.
             OPEN rows FOR
-                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets, false AS mine
+                SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
+                       c.leased, c.lease_mark, c.need_us, false AS mine
                 FROM (SELECT * FROM unnest(s_rule, s_key) WITH ORDINALITY AS u(rule, key, i)
                       ORDER BY u.rule COLLATE "C", u.key COLLATE "C") AS u
                 CROSS JOIN LATERAL (
@@ -230,6 +287,7 @@ BEGIN
         ELSE
             OPEN rows FOR
                 SELECT u.i::integer AS i, c.alg, c.a, c.n, c.bucket_us, c.buckets,
+                       c.leased, c.lease_mark, c.need_us,
                        c.expires_at = '-infinity' AS mine
                 FROM (SELECT * FROM unnest(s_rule, s_key, fresh) WITH ORDINALITY AS u(rule, key, missing, i)
                       WHERE u.missing
@@ -250,6 +308,9 @@ BEGIN
             raw_a[s]   := rec.a;
             raw_n[s]   := rec.n;
             raw_b[s]   := rec.bucket_us;
+            raw_leased[s] := rec.leased;
+            raw_mark[s]   := rec.lease_mark;
+            raw_need[s]   := rec.need_us;
             fresh[s]   := false;
             IF pass = 1 THEN
                 locked := locked + 1;
@@ -353,6 +414,19 @@ BEGIN
             RAISE EXCEPTION 'sluice decide: unknown algorithm %', alg
                 USING ERRCODE = 'invalid_parameter_value';
         END CASE;
+        -- Leases belong to the window (fixed, reset) or the bucket
+        -- (sliding) they were granted in: the current mark. Leases of
+        -- another mark have expired (their unspent units stay counted where
+        -- they were granted until they are returned).
+        IF alg <> 3 THEN
+            st_mark[s] := st_a[s];
+            IF valid AND raw_mark[s] = st_mark[s] THEN
+                st_leased[s] := raw_leased[s];
+            END IF;
+        END IF;
+        IF valid THEN
+            st_need[s] := raw_need[s];
+        END IF;
     END LOOP;
 
     -- 5. Apply the decisions one after another.
@@ -393,15 +467,24 @@ BEGIN
             IF NOT p_peek AND ((ok AND verdict[q]) OR c_count_all[q]) THEN
                 s := c_slot[q];
                 cost := c_cost[q];
+                -- A lease for an allowed check: a quarter of the room left
+                -- after it at most, in whole requests of its cost.
+                g := 0;
+                IF ok AND verdict[q] AND c_lease[q] > 0 AND s_alg[s] <> 3 THEN
+                    g := least(c_lease[q], (s_limit[s] - st_n[s] - cost) / 4);
+                    g := greatest(0, g / cost * cost);
+                    granted[q] := g;
+                    st_leased[s] := st_leased[s] + g;
+                END IF;
                 CASE s_alg[s]
                 WHEN 3 THEN
                     st_a[s] := tnext[q];
                 WHEN 1 THEN
                     j := st_off[s] + 2 * st_len[s];  -- the current bucket's count
-                    ring[j] := ring[j] + cost;
-                    st_n[s] := st_n[s] + cost;
+                    ring[j] := ring[j] + cost + g;
+                    st_n[s] := st_n[s] + cost + g;
                 ELSE
-                    st_n[s] := st_n[s] + cost;
+                    st_n[s] := st_n[s] + cost + g;
                 END CASE;
                 IF NOT dirty[s] THEN
                     dirty[s] := true;
@@ -470,6 +553,24 @@ BEGIN
                 END IF;
             END CASE;
             reset_us[q] := rst;
+            -- Units leased to other gateways may come back before the
+            -- retry: say so, and ask for them (once per need_interval).
+            IF NOT verdict[q] AND s_alg[s] <> 3 AND st_leased[s]
+                    - (CASE WHEN c_mark[q] = st_mark[s] THEN c_held[q] ELSE 0 END) > 0 THEN
+                held[q] := true;
+                IF NOT p_peek AND NOT need[s] AND now_us - st_need[s] >= need_interval THEN
+                    need[s] := true;
+                    n_need := n_need + 1;
+                    st_need[s] := now_us;
+                    IF NOT dirty[s] THEN
+                        dirty[s] := true;
+                        n_dirty := n_dirty + 1;
+                        IF fresh[s] THEN
+                            n_drop := n_drop - 1;
+                        END IF;
+                    END IF;
+                END IF;
+            END IF;
         END LOOP;
 
         x := y + 1;
@@ -484,13 +585,20 @@ BEGIN
         SET alg = u.alg, a = u.a, n = u.n,
             bucket_us = CASE WHEN u.alg = 1 THEN u.bw ELSE 0 END,
             buckets = CASE WHEN u.alg = 1 THEN ring[u.off + 1 : u.off + 2 * u.len] END,
+            leased = u.leased, lease_mark = u.mark, need_us = u.need,
             expires_at = timestamptz 'epoch' + interval '1 microsecond' * CASE u.alg
                 WHEN 3 THEN greatest(u.a, now_us)
-                WHEN 1 THEN (u.a + u.k) * u.bw  -- the current bucket is not empty
+                -- the current bucket is not empty (or only asked for units back)
+                WHEN 1 THEN (u.a + u.k) * u.bw
                 ELSE u.a + u.win END
-        FROM unnest(s_rule, s_key, s_alg, st_a, st_n, s_bucket, s_window, st_k, st_off, st_len, dirty)
-            AS u(rule, key, alg, a, n, bw, win, k, off, len, dirty)
+        FROM unnest(s_rule, s_key, s_alg, st_a, st_n, s_bucket, s_window, st_k, st_off, st_len, dirty,
+                    st_leased, st_mark, st_need)
+            AS u(rule, key, alg, a, n, bw, win, k, off, len, dirty, leased, mark, need)
         WHERE u.dirty AND c.rule = u.rule AND c.key = u.key;
+    END IF;
+    IF n_need > 0 THEN
+        INSERT INTO {{schema}}.key_events (rule, key)
+        SELECT u.rule, u.key FROM unnest(s_rule, s_key, need) AS u(rule, key, need) WHERE u.need;
     END IF;
     IF n_drop > 0 THEN
         DELETE FROM {{schema}}.counters AS c
@@ -500,5 +608,6 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION {{schema}}.decide IS
+COMMENT ON FUNCTION {{schema}}.decide(bigint, boolean, text[], text[], smallint[], bigint[], bigint[],
+    bigint[], bigint[], integer[], integer[], bigint[], boolean[], boolean[], bigint[], bigint[], bigint[]) IS
     'sluice: decide a batch of rate-limit decisions atomically; source: limiter/postgres/sql/decide_function.sql';

@@ -1,0 +1,336 @@
+package postgres
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Leases: spending part of a limit in memory, exactly.
+//
+// A decision that goes to the database may ask, for any of its counters, to
+// lease units beyond its own cost. The database grants them in the same
+// transaction as the decision, only to a check of an allowed request, at
+// most a quarter of the room left, and counts them in the counter at once
+// (decide_function.sql). This gateway then answers later requests of that
+// counter from the units in memory, without a round trip, until they run
+// out, the window (or, for a sliding counter, the bucket) they belong to
+// ends, or the lease is given up. It is escrow: a granted unit is a unit
+// used, as far as every other gateway can tell, until its holder gives it
+// back. So:
+//
+//   - Never more than the limit per window, through any crash. Units are
+//     counted when granted, in the decision's durable commit; a grant whose
+//     commit is not known to have happened (a lost connection, a cancelled
+//     wait for a synchronous standby) is never spent. A holder that dies
+//     wastes what it held, never more.
+//   - Tiers stay all or nothing. A request is answered from memory only
+//     when every one of its checks has units enough; otherwise the checks
+//     that have are reserved and the rest go to the database, and the
+//     reservation is kept only if the database allows the rest (a count=all
+//     check keeps its units either way, since it counts denied requests).
+//   - Units come back when someone needs them. A check denied while other
+//     gateways hold units of its counter is Provisional (the over-limit
+//     cache keeps it for a second at most), and the database records a key
+//     event asking for the units back. Every gateway reads key events in its
+//     background poll, gives up the leases of those keys and returns what it
+//     did not spend, in one statement (return_leases). Resets and override
+//     changes are key events too, and invalidate leases the same way; so do
+//     a clean shutdown and, on another rule definition after a reload, the
+//     next request.
+//   - Exactly the limit under contention. Leases are sized from the rate a
+//     gateway sees for the key (a tenth of a second of it, and a small floor
+//     for quiet keys of roomy fixed windows) and the room left (a quarter at
+//     most, so they shrink as the window fills, and end when it is nearly
+//     full: the last units are decided one request at a time). A gateway
+//     that keeps seeing demand spends what it holds within about a tenth of
+//     a second; one that stops gives it back when someone asks.
+//
+// Which algorithms lease: fixed and reset windows, whose units belong to a
+// window that only the database clock ends; sliding windows, within one
+// bucket (units spent in the bucket they were counted in are exactly what
+// the bucketed window counts; the unspent ones are returned to that bucket
+// when it ends). Token buckets never lease: a token counted now and spent
+// later has let the bucket refill meanwhile, so the holder's late spending
+// and the refilled tokens together could pass the burst; every token
+// decision is made in the database, as before.
+//
+// The local clock only ever shortens a lease: its deadline is the instant
+// this gateway sent the decision plus what the database said was left of
+// the window (or bucket), so a lease ends before the database's window does
+// whatever the two clocks say.
+
+// Sizing.
+const (
+	// leaseShare: a lease asks for at most 1/leaseShare of the limit. A
+	// gateway holds at most that per counter, which bounds what its death
+	// wastes of a window.
+	leaseShare = 16
+	// leaseHorizon: a lease covers about this much of the rate this
+	// gateway sees for the counter.
+	leaseHorizon = 100 * time.Millisecond
+	// leaseFloor: a fixed or reset counter with room leases at least this
+	// many requests' worth (limit permitting), so that a key seen every
+	// second or two still costs one transaction per many requests.
+	leaseFloor = 16
+	// leaseMinRequests: a lease smaller than this many requests is not
+	// worth its bookkeeping; the counter is decided per request.
+	leaseMinRequests = 2
+	// renewAt: a lease asks for more, in the background, once fewer than
+	// this fraction of its last grant is left, so that a busy key rarely
+	// runs dry.
+	renewAt = 2 // left < grant/renewAt
+)
+
+// leaseWant is how many units to ask for a counter of algorithm alg with
+// parameters p, given the requests per second this gateway sees for it
+// (0: unknown) and the time left of the window or bucket the lease would
+// belong to. 0 means ask for nothing.
+func leaseWant(alg policy.Algorithm, p limiter.Params, rate float64, left time.Duration) int64 {
+	if !mayLease(alg, p) || left <= 0 {
+		return 0
+	}
+	c := max(1, p.Cost)
+	capUnits := p.Limit / leaseShare / c * c
+	var reqs float64
+	switch alg {
+	case policy.Fixed, policy.Reset:
+		reqs = leaseFloor
+		if rate > 0 {
+			// No more than the rest of the window can use.
+			reqs = max(rate*leaseHorizon.Seconds(), min(leaseFloor, rate*left.Seconds()))
+		}
+	case policy.Sliding:
+		// Only for a rate seen, and no more than the rest of the bucket
+		// can use: what is left at its end has to be returned.
+		reqs = min(rate*leaseHorizon.Seconds(), rate*left.Seconds())
+	default:
+		return 0
+	}
+	want := int64(reqs) * c
+	if want < leaseMinRequests*c {
+		return 0
+	}
+	return min(want, capUnits)
+}
+
+// mayLease reports whether a counter of algorithm alg with parameters p
+// can ever be leased: whether leaseWant can be more than 0.
+func mayLease(alg policy.Algorithm, p limiter.Params) bool {
+	c := max(1, p.Cost)
+	return alg != policy.Token && p.Limit/leaseShare/c >= leaseMinRequests
+}
+
+// lease is this gateway's state of one counter: its units, and the rate it
+// sees. Guarded by its shard's mutex.
+type lease struct {
+	rule *policy.Rule   // the rule it was granted under
+	p    limiter.Params // the parameters it was granted under (overrides applied)
+
+	mark    int64 // window start (fixed, reset) or bucket index (sliding), database µs
+	granted int64 // units granted under mark and not settled with the database
+	left    int64 // units granted and not yet spent
+	grant   int64 // the last grant, for renewAt
+	firstUS int64 // database time of the first grant under mark (µs)
+	until   time.Time
+	offset  time.Duration // database clock minus local clock, as of the last grant
+	resetUS int64         // the Reset a decision answered from the lease reports
+	room    int64         // the database's room left after the last grant
+
+	gen      uint64    // changes whenever the units are given up or expire
+	asking   bool      // a decision that asks for units is in flight
+	dryUntil time.Time // the database granted nothing: ask no more before this
+
+	hits  int64 // requests seen since since
+	since time.Time
+	rate  float64 // requests per second, smoothed
+	used  time.Time
+}
+
+// live reports whether l has units to spend at now.
+func (l *lease) live(now time.Time) bool { return l.left > 0 && now.Before(l.until) }
+
+// observe counts one request of the counter at now.
+func (l *lease) observe(now time.Time) {
+	l.hits++
+	l.used = now
+}
+
+// measureMin is the shortest span a rate is measured over: shorter ones
+// are too few requests to tell a rate.
+const measureMin = 50 * time.Millisecond
+
+// measure folds the requests seen since the last measure into the rate,
+// once they span measureMin.
+func (l *lease) measure(now time.Time) {
+	d := now.Sub(l.since)
+	if d < measureMin {
+		return
+	}
+	inst := float64(l.hits) / d.Seconds()
+	if l.rate == 0 {
+		l.rate = inst
+	} else {
+		l.rate = (l.rate + inst) / 2
+	}
+	l.hits, l.since = 0, now
+}
+
+// leaseReturn is a lease given up: its unspent units go back to the count,
+// and its granted units leave the counter's leased.
+type leaseReturn struct {
+	rule, key       string
+	alg             policy.Algorithm
+	mark, bucketUS  int64
+	unused, settled int64
+}
+
+const leaseShards = 64
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[slotKey]*lease
+}
+
+// leaseTable is every lease of one Store. It is safe for simultaneous use.
+type leaseTable struct {
+	shards [leaseShards]leaseShard
+	max    int64
+	n      atomic.Int64 // entries
+
+	retMu   sync.Mutex
+	returns []leaseReturn
+
+	// Metrics.
+	local, grants, unitsGranted, unitsReturned, returnsLost atomic.Uint64
+	held                                                    atomic.Int64 // units held (left), all leases
+}
+
+func newLeaseTable(maxEntries int) *leaseTable {
+	t := &leaseTable{max: int64(maxEntries)}
+	for i := range t.shards {
+		t.shards[i].m = make(map[slotKey]*lease)
+	}
+	return t
+}
+
+// shard returns the index of k's shard: FNV-1a of rule and key.
+func shardOf(k slotKey) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(k.rule); i++ {
+		h = (h ^ uint32(k.rule[i])) * 16777619
+	}
+	h = (h ^ 0) * 16777619
+	for i := 0; i < len(k.key); i++ {
+		h = (h ^ uint32(k.key[i])) * 16777619
+	}
+	return int(h % leaseShards)
+}
+
+// settle queues the return of what l holds under its mark and empties it.
+// The caller holds l's shard.
+func (t *leaseTable) settle(k slotKey, l *lease) {
+	if l.granted > 0 {
+		t.queueReturn(leaseReturn{
+			rule: k.rule, key: k.key, alg: l.rule.Algorithm,
+			mark: l.mark, bucketUS: l.p.Bucket.Microseconds(),
+			unused: l.left, settled: l.granted,
+		})
+	}
+	t.empty(l)
+}
+
+// empty forgets l's units. The caller holds l's shard.
+func (t *leaseTable) empty(l *lease) {
+	t.held.Add(-l.left)
+	l.granted, l.left, l.grant = 0, 0, 0
+	l.gen++
+}
+
+func (t *leaseTable) queueReturn(r leaseReturn) {
+	t.retMu.Lock()
+	t.returns = append(t.returns, r)
+	t.retMu.Unlock()
+}
+
+// takeReturns returns the queued returns and empties the queue.
+func (t *leaseTable) takeReturns() []leaseReturn {
+	t.retMu.Lock()
+	defer t.retMu.Unlock()
+	r := t.returns
+	t.returns = nil
+	return r
+}
+
+// invalidate gives up the lease of (rule, key) if any unit of it was
+// granted at or before at (database clock): a reset, an override change or
+// another gateway's need at at makes it stale. It reports whether it did.
+func (t *leaseTable) invalidate(rule, key string, at time.Time) bool {
+	k := slotKey{rule, key}
+	sh := &t.shards[shardOf(k)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l, ok := sh.m[k]
+	if !ok || l.granted == 0 || l.firstUS > at.UnixMicro() {
+		return false
+	}
+	t.settle(k, l)
+	return true
+}
+
+// dropAll gives up every lease. With giveBack, what they hold is queued
+// for return; without (the database may have lost the grants), it is
+// forgotten.
+func (t *leaseTable) dropAll(giveBack bool) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for k, l := range sh.m {
+			if giveBack {
+				t.settle(k, l)
+			} else {
+				t.empty(l)
+			}
+			l.asking = false
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// sweep ends what time has ended, at now: a lease past its deadline keeps
+// nothing (a sliding lease's unspent units are returned to their bucket;
+// a fixed or reset window's are simply gone with their window), and an
+// entry unused for idle is removed.
+func (t *leaseTable) sweep(now time.Time, idle time.Duration) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for k, l := range sh.m {
+			t.expire(k, l, now)
+			if !l.asking && l.granted == 0 && now.Sub(l.used) > idle {
+				delete(sh.m, k)
+				t.n.Add(-1)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// expire ends l if its deadline passed. The caller holds its shard.
+func (t *leaseTable) expire(k slotKey, l *lease, now time.Time) {
+	if l.granted == 0 || now.Before(l.until) {
+		return
+	}
+	if l.rule.Algorithm == policy.Sliding && l.left > 0 {
+		// The bucket's count holds the unspent units until they are
+		// returned; the window would count them for its whole length.
+		t.settle(k, l)
+		return
+	}
+	// The window has ended for the database too: its units, and the
+	// counter's leased, mean nothing any more.
+	t.empty(l)
+}

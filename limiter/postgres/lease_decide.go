@@ -1,0 +1,486 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// The decision path with leases (see lease.go for the design).
+
+// maxLeasedChecks bounds the checks of a request that the lease path
+// handles; a request with more goes to the database as a whole.
+const maxLeasedChecks = 16
+
+// leasePlan is one request's use of the lease table, on the stack.
+type leasePlan struct {
+	n      int
+	shards [maxLeasedChecks]int
+	ns     int
+	local  [maxLeasedChecks]bool    // answered (and reserved) from a lease
+	io     [maxLeasedChecks]leaseIO // what the remote checks ask for
+	asked  [maxLeasedChecks]bool    // this request marked the lease asking
+	gen    [maxLeasedChecks]uint64  // the generation of a local check's lease
+	renew  [maxLeasedChecks]leaseIO // background renewals to send, want > 0
+}
+
+// lockShards locks the distinct shards of checks in index order, the one
+// order every request takes them in.
+func (t *leaseTable) lockShards(p *leasePlan, checks []limiter.Check) {
+	p.ns = 0
+	for i, c := range checks {
+		sh := shardOf(slotKey{c.Rule.Name, c.Key})
+		p.shards[i] = sh
+		if !slices.Contains(p.shards[len(checks):len(checks)+p.ns], sh) {
+			p.shards[len(checks)+p.ns] = sh
+			p.ns++
+		}
+	}
+	set := p.shards[len(checks) : len(checks)+p.ns]
+	slices.Sort(set)
+	for _, sh := range set {
+		t.shards[sh].mu.Lock()
+	}
+}
+
+func (t *leaseTable) unlockShards(p *leasePlan, nchecks int) {
+	for _, sh := range p.shards[nchecks : nchecks+p.ns] {
+		t.shards[sh].mu.Unlock()
+	}
+}
+
+// decideLeased is Decide with leases: checks that hold units enough are
+// answered from memory, the others by the database in one decision that
+// also asks for units where the rate and the room make it worth it.
+func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
+	n := len(checks)
+	// leasePlan.shards holds each check's shard, then the distinct ones.
+	if n > maxLeasedChecks/2 || duplicateSlots(checks) {
+		return s.decideRemote(ctx, checks, results, nil)
+	}
+	t := s.leases
+	now := s.localNow()
+	ov := s.overrides.Load()
+	var p leasePlan
+	p.n = n
+	t.lockShards(&p, checks)
+	all := true
+	for i, c := range checks {
+		k := slotKey{c.Rule.Name, c.Key}
+		sh := &t.shards[p.shards[i]]
+		l := sh.m[k]
+		if l == nil {
+			pp := ov.params(c.Rule, c.Key)
+			if !mayLease(c.Rule.Algorithm, pp) || t.n.Load() >= t.max {
+				all = false
+				continue
+			}
+			l = &lease{rule: c.Rule, p: pp, since: now}
+			sh.m[k] = l
+			t.n.Add(1)
+		}
+		l.observe(now)
+		if pp := ov.params(c.Rule, c.Key); l.rule != c.Rule || pp != l.p {
+			if l.rule.Algorithm != c.Rule.Algorithm || pp != l.p {
+				// Granted under another definition of the rule, or before
+				// an override changed: give it up.
+				t.settle(k, l)
+				l.dryUntil = time.Time{}
+			}
+			l.rule, l.p = c.Rule, pp
+		}
+		t.expire(k, l, now)
+		if l.live(now) && l.left >= l.p.Cost {
+			p.local[i] = true
+			continue
+		}
+		all = false
+	}
+	// Reserve the local checks' units: all of them when every check is
+	// local (the request is allowed), else until the database has spoken.
+	for i, c := range checks {
+		if !p.local[i] {
+			continue
+		}
+		k := slotKey{c.Rule.Name, c.Key}
+		l := t.shards[p.shards[i]].m[k]
+		l.left -= l.p.Cost
+		t.held.Add(-l.p.Cost)
+		p.gen[i] = l.gen
+		results[i] = l.result(now)
+		if all && l.left < l.grant/renewAt && !l.asking && !now.Before(l.dryUntil) && s.batch != nil {
+			l.asking = true
+			p.renew[i] = s.leaseAsk(l, now)
+		}
+	}
+	if all {
+		t.unlockShards(&p, n)
+		t.local.Add(1)
+		for i, c := range checks {
+			if p.renew[i].want > 0 {
+				s.renew(c, p.renew[i])
+			}
+		}
+		return true, nil
+	}
+	// Ask for units on the remote checks that may lease.
+	for i, c := range checks {
+		if p.local[i] {
+			continue
+		}
+		l := t.shards[p.shards[i]].m[slotKey{c.Rule.Name, c.Key}]
+		if l == nil {
+			continue
+		}
+		if l.granted > 0 {
+			p.io[i].held, p.io[i].mark = l.granted, l.mark
+		}
+		if !l.asking && !now.Before(l.dryUntil) {
+			if ask := s.leaseAsk(l, now); ask.want > 0 {
+				l.asking = true
+				p.asked[i] = true
+				p.io[i].want = ask.want
+			}
+		}
+	}
+	t.unlockShards(&p, n)
+
+	// The database decides the rest, in one decision.
+	var (
+		sub    [maxLeasedChecks]limiter.Check
+		subRes [maxLeasedChecks]limiter.Result
+		subIO  [maxLeasedChecks]leaseIO
+	)
+	m := 0
+	for i, c := range checks {
+		if !p.local[i] {
+			sub[m], subIO[m] = c, p.io[i]
+			m++
+		}
+	}
+	allowed, nowUS, sent, err := s.decideRemoteIO(ctx, sub[:m], subRes[:m], subIO[:m])
+
+	// Settle the reservations and the grants.
+	t.lockShards(&p, checks)
+	defer t.unlockShards(&p, n)
+	j := 0
+	for i, c := range checks {
+		k := slotKey{c.Rule.Name, c.Key}
+		l := t.shards[p.shards[i]].m[k]
+		if p.local[i] {
+			if l != nil && (err != nil || (!allowed && !c.Rule.CountAll)) {
+				// Not consumed: back to the lease, if it is still the one
+				// the units came from (if it was given up or expired
+				// meanwhile, the unit went with it, counted and unspent).
+				if l.gen == p.gen[i] && l.rule == c.Rule {
+					l.left += l.p.Cost
+					t.held.Add(l.p.Cost)
+				}
+			}
+			if l != nil && err == nil {
+				results[i] = l.result(now)
+			}
+			continue
+		}
+		if l != nil && p.asked[i] {
+			l.asking = false
+		}
+		if err == nil {
+			results[i] = subRes[j]
+			if l != nil {
+				t.merge(k, l, c, &subRes[j], subIO[j].granted, 0, p.asked[i], nowUS, sent)
+				if l.live(now) && l.rule == c.Rule {
+					// The room left includes the units this gateway holds.
+					results[i].Remaining += l.left
+				}
+			}
+		}
+		j++
+	}
+	if err != nil {
+		return false, err
+	}
+	return allowed, nil
+}
+
+// duplicateSlots reports whether two checks name one counter.
+func duplicateSlots(checks []limiter.Check) bool {
+	for i := range checks {
+		for j := i + 1; j < len(checks); j++ {
+			if checks[i].Key == checks[j].Key && checks[i].Rule.Name == checks[j].Rule.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// result is the Result of a decision answered from l at now: allowed, with
+// the room the database had left at the last grant plus what l holds.
+func (l *lease) result(now time.Time) limiter.Result {
+	dbNow := now.Add(l.offset).UnixMicro()
+	return limiter.Result{
+		Allowed:    true,
+		Limit:      l.p.Limit,
+		Window:     l.p.Window,
+		Remaining:  max(0, l.room+l.left),
+		Reset:      time.UnixMicro(l.resetUS).UTC(),
+		ResetAfter: time.Duration(max(0, l.resetUS-dbNow)) * time.Microsecond,
+	}
+}
+
+// leaseAsk is what a request for units on l asks at now: how many, and
+// what this gateway already holds under which mark.
+func (s *Store) leaseAsk(l *lease, now time.Time) leaseIO {
+	l.measure(now)
+	left := l.p.Window
+	if l.rule.Algorithm == policy.Sliding {
+		left = l.p.Bucket
+	}
+	if l.offset != 0 || !l.until.IsZero() {
+		// The rest of the window (or bucket), by the database's clock.
+		dbNow := now.Add(l.offset).UnixMicro()
+		if end := l.endUS(dbNow); end > dbNow {
+			left = time.Duration(end-dbNow) * time.Microsecond
+		}
+	}
+	io := leaseIO{want: leaseWant(l.rule.Algorithm, l.p, l.rate, left)}
+	if l.granted > 0 {
+		io.held, io.mark = l.granted, l.mark
+	}
+	return io
+}
+
+// endUS is when, on the database clock, a lease of l granted at dbNow would
+// end: its window's end (fixed, reset) or its bucket's (sliding).
+func (l *lease) endUS(dbNow int64) int64 {
+	switch l.rule.Algorithm {
+	case policy.Sliding:
+		bw := l.p.Bucket.Microseconds()
+		return (dbNow/bw + 1) * bw
+	case policy.Fixed:
+		w := l.p.Window.Microseconds()
+		return (dbNow/w + 1) * w
+	}
+	// reset: the window of the last grant, if it still runs.
+	if l.granted > 0 {
+		return l.mark + l.p.Window.Microseconds()
+	}
+	return dbNow + l.p.Window.Microseconds()
+}
+
+// merge records the database's answer res for check c on l (the caller
+// holds its shard): g units granted beyond the request (plus phantom, the
+// cost of a renewal's phantom request, when it was allowed), at the
+// database's nowUS; sent is the local instant the decision was started,
+// before the database read its clock, so that the lease ends no later than
+// its window does on the database's clock. asked says whether the decision
+// asked for units: one that asked and got none marks the lease dry until
+// its window (or bucket) ends.
+func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Result, g, phantom int64, asked bool, nowUS int64, sent time.Time) {
+	if l.rule != c.Rule {
+		return // the rule changed meanwhile; its next request settles it
+	}
+	var mark, end int64
+	switch c.Rule.Algorithm {
+	case policy.Sliding:
+		bw := l.p.Bucket.Microseconds()
+		mark = nowUS / bw
+		end = (mark + 1) * bw
+	case policy.Fixed, policy.Reset:
+		end = res.Reset.UnixMicro()
+		mark = end - l.p.Window.Microseconds()
+	default:
+		return
+	}
+	until := sent.Add(time.Duration(end-nowUS) * time.Microsecond)
+	l.room = res.Remaining
+	got := g + phantom
+	if got <= 0 {
+		if asked {
+			l.dryUntil = until
+		}
+		return
+	}
+	if l.granted > 0 && l.mark != mark {
+		// Units of an earlier window or bucket: theirs has ended.
+		t.expire(k, l, until) // until is after the old lease's end
+		if l.granted > 0 {
+			t.settle(k, l)
+		}
+	}
+	if l.granted == 0 {
+		l.firstUS = nowUS
+	}
+	l.mark = mark
+	l.granted += got
+	l.left += got
+	l.grant = got
+	t.held.Add(got)
+	l.until = until
+	l.offset = time.Duration(nowUS)*time.Microsecond - time.Duration(sent.UnixNano())
+	l.resetUS = res.Reset.UnixMicro()
+	if c.Rule.Algorithm == policy.Sliding {
+		// A decision from the lease makes the current bucket the newest.
+		l.resetUS = (mark + l.p.Window.Microseconds()/l.p.Bucket.Microseconds()) * l.p.Bucket.Microseconds()
+	}
+	l.room = res.Remaining
+	l.dryUntil = time.Time{}
+	t.grants.Add(1)
+	t.unitsGranted.Add(uint64(got))
+}
+
+// renew asks the database, in the background, for more units on c's
+// counter: a phantom request of the rule's cost that leases io.want units
+// beyond it; both are the lease's if it is allowed. Nobody waits for it.
+func (s *Store) renew(c limiter.Check, io leaseIO) {
+	done := func(cl *call) {
+		t := s.leases
+		k := slotKey{c.Rule.Name, c.Key}
+		sh := &t.shards[shardOf(k)]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		l := sh.m[k]
+		if l == nil {
+			return
+		}
+		l.asking = false
+		if cl.err != nil {
+			return
+		}
+		phantom := int64(0)
+		if cl.allowed {
+			phantom = max(1, c.Rule.Cost)
+		}
+		t.merge(k, l, c, &cl.results[0], cl.leases[0].granted, phantom, true, cl.nowUS, cl.sent)
+	}
+	if !s.ready() || !s.enqueueRenewal(c, io, done) {
+		t := s.leases
+		k := slotKey{c.Rule.Name, c.Key}
+		sh := &t.shards[shardOf(k)]
+		sh.mu.Lock()
+		if l := sh.m[k]; l != nil {
+			l.asking = false
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// decideRemote decides checks in the database, with lease requests io
+// (nil: none), through the batcher when there is one.
+func (s *Store) decideRemote(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO) (bool, error) {
+	ok, _, _, err := s.decideRemoteIO(ctx, checks, results, io)
+	return ok, err
+}
+
+// decideRemoteIO is decideRemote that also returns the database's clock at
+// the decision and the local instant its statement was sent.
+func (s *Store) decideRemoteIO(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO) (bool, int64, time.Time, error) {
+	if len(checks) == 0 {
+		return true, 0, time.Time{}, nil
+	}
+	if s.batch != nil {
+		return s.decideBatched(ctx, checks, results, io)
+	}
+	d := [1]Decision{{Checks: checks, Results: results, Leases: io}}
+	if err := s.run(ctx, d[:], false); err != nil {
+		return false, 0, time.Time{}, err
+	}
+	return d[0].Allowed, d[0].NowUS, d[0].Sent, nil
+}
+
+// Lease upkeep, run by Run: returns, and what time ends.
+const (
+	// returnInterval is how often queued returns are sent, when there
+	// are any.
+	returnInterval = 50 * time.Millisecond
+	// sweepInterval is how often leases are checked for their deadline.
+	sweepInterval = 250 * time.Millisecond
+	// leaseIdle is how long an entry without units is kept for its rate.
+	leaseIdle = 10 * time.Second
+	// returnTimeout bounds one return statement.
+	returnTimeout = 2 * time.Second
+)
+
+// runLeases sends the queued returns and sweeps the lease table until ctx
+// ends.
+func (s *Store) runLeases(ctx context.Context) {
+	failing := newStateLog(s.log, "returning leased units")
+	lastSweep := time.Now()
+	for sleep(ctx, returnInterval) {
+		if now := s.localNow(); now.Sub(lastSweep) >= sweepInterval {
+			s.leases.sweep(now, leaseIdle)
+			lastSweep = now
+		}
+		failing.report(s.flushReturns(ctx))
+	}
+}
+
+// returnAll gives every lease back, at a clean shutdown.
+func (s *Store) returnAll(ctx context.Context) {
+	if !s.ready() {
+		return // nothing can be given back; the units expire with their windows
+	}
+	s.leases.dropAll(true)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), returnTimeout)
+	defer cancel()
+	if err := s.flushReturns(rctx); err != nil {
+		s.log.Warn("could not give back leased units at shutdown; they expire with their windows", zap.Error(err))
+	}
+}
+
+// flushReturns sends the queued returns in one statement. A return that
+// may have been applied is never sent again (that would give units back
+// twice); one that surely was not is queued again.
+func (s *Store) flushReturns(ctx context.Context) error {
+	rs := s.leases.takeReturns()
+	if len(rs) == 0 || !s.ready() {
+		if len(rs) > 0 {
+			s.leases.lost(rs)
+		}
+		return nil
+	}
+	n := len(rs)
+	var (
+		rule, key             = make([]string, n), make([]string, n)
+		alg                   = make([]int16, n)
+		mark, bw, unused, set = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	)
+	for i, r := range rs {
+		rule[i], key[i], alg[i] = r.rule, r.key, int16(r.alg)
+		mark[i], bw[i], unused[i], set[i] = r.mark, r.bucketUS, r.unused, r.settled
+	}
+	ctx, cancel := context.WithTimeout(ctx, returnTimeout)
+	defer cancel()
+	var changed int
+	err := s.pool.QueryRow(ctx, s.q.leaseReturn, rule, key, alg, mark, bw, unused, set).Scan(&changed)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			for _, r := range rs {
+				s.leases.queueReturn(r)
+			}
+		} else {
+			s.leases.lost(rs)
+		}
+		return fmt.Errorf("postgres store: return leased units: %w", s.fault(err))
+	}
+	var units uint64
+	for _, r := range rs {
+		units += uint64(r.unused)
+	}
+	s.leases.unitsReturned.Add(units)
+	return nil
+}
+
+// lost counts returns that were dropped: their units stay counted until
+// their windows end.
+func (t *leaseTable) lost(rs []leaseReturn) {
+	t.returnsLost.Add(uint64(len(rs)))
+}

@@ -1,0 +1,441 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/memory"
+	"github.com/sluicehq/sluice/limiter/postgres"
+	"github.com/sluicehq/sluice/migrations/pgtest"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// TestLeaseWant pins how leases are sized: from the rate and the time left,
+// within a sixteenth of the limit, in whole requests, never for a token
+// bucket, and never below two requests.
+func TestLeaseWant(t *testing.T) {
+	p := func(limit int64, cost int64) limiter.Params {
+		return limiter.Params{Limit: limit, Window: time.Hour, Bucket: time.Minute, Burst: limit, Cost: cost}
+	}
+	for _, c := range []struct {
+		name string
+		alg  policy.Algorithm
+		p    limiter.Params
+		rate float64
+		left time.Duration
+		want int64
+	}{
+		{"fixed, rate unknown: the floor", policy.Fixed, p(1e6, 1), 0, time.Hour, 16},
+		{"fixed, quiet key: the floor", policy.Fixed, p(1e6, 1), 0.5, time.Hour, 16},
+		{"fixed, busy key: a tenth of a second", policy.Fixed, p(1e6, 1), 5000, time.Hour, 500},
+		{"fixed, near the window's end", policy.Fixed, p(1e6, 1), 2, 3 * time.Second, 6},
+		{"fixed, a sixteenth of the limit at most", policy.Fixed, p(3000, 1), 1e5, time.Hour, 187},
+		{"fixed, whole requests of the cost", policy.Fixed, p(1e6, 3), 5000, time.Hour, 1500},
+		{"fixed, cap in whole requests", policy.Fixed, p(100, 3), 1e5, time.Hour, 6},
+		{"fixed, a limit too low to lease", policy.Fixed, p(31, 1), 1e5, time.Hour, 0},
+		{"fixed, two requests at least", policy.Fixed, p(1e6, 1), 1, time.Second, 0},
+		{"reset like fixed", policy.Reset, p(1e6, 1), 5000, time.Hour, 500},
+		{"sliding, rate unknown: nothing", policy.Sliding, p(1e6, 1), 0, time.Minute, 0},
+		{"sliding, busy key", policy.Sliding, p(1e6, 1), 5000, time.Minute, 500},
+		{"sliding, no more than the bucket's rest", policy.Sliding, p(1e6, 1), 5000, 20 * time.Millisecond, 100},
+		{"sliding, quiet key: nothing", policy.Sliding, p(1e6, 1), 5, time.Minute, 0},
+		{"token never", policy.Token, p(1e6, 1), 5000, time.Hour, 0},
+	} {
+		if got := postgres.LeaseWant(c.alg, c.p, c.rate, c.left); got != c.want {
+			t.Errorf("%s: leaseWant = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// leaseRules are counters roomy enough to lease, of every algorithm and
+// option, for the lease tests.
+func leaseRules() []*policy.Rule {
+	return []*policy.Rule{
+		fixed("f", 1000, 10*time.Second),
+		resetRule("r", 800, 7*time.Second),
+		sliding("s", 960, 10*time.Second, time.Second),
+		token("t", 500, 8*time.Second),
+		{Name: "ca", Limit: 1000, Window: 10 * time.Second, Algorithm: policy.Fixed, Cost: 2, CountAll: true},
+		{Name: "sh", Limit: 640, Window: 10 * time.Second, Algorithm: policy.Sliding, Bucket: time.Second, Cost: 1, Shadow: true},
+		{Name: "c3", Limit: 900, Window: 5 * time.Second, Algorithm: policy.Fixed, Cost: 3},
+	}
+}
+
+// TestLeasesAgainstMemory: one gateway that leases answers every request
+// exactly as the in-memory store does, whose decisions are the definition
+// of the algorithms (limiter/storetest): the same verdicts, remaining,
+// resets and retries, through leases granted, spent, renewed, expired with
+// their windows and buckets, and given back, with tiers, costs, count=all
+// and shadow rules. The clock moves in small steps so that keys are hot
+// enough to lease and windows and buckets end under them.
+func TestLeasesAgainstMemory(t *testing.T) {
+	db := pgtest.New(t)
+	clk := newClock(base)
+	ctx := context.Background()
+	s := open(t, db, nil, clk.Now)
+	ref := memory.New(memory.Options{Now: clk.Now})
+	rules := leaseRules()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for step := range 4000 {
+		clk.Advance(time.Duration(rng.IntN(40)) * time.Millisecond)
+		if err := postgres.SettleLeases(ctx, s, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		var cs []limiter.Check
+		for _, i := range rng.Perm(len(rules))[:1+rng.IntN(3)] {
+			cs = append(cs, chk(rules[i], fmt.Sprint(rng.IntN(2))))
+		}
+		got, want := make([]limiter.Result, len(cs)), make([]limiter.Result, len(cs))
+		gotOK, err := s.Decide(ctx, cs, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOK, err := ref.Decide(ctx, cs, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotOK != wantOK {
+			t.Fatalf("step %d %v: leased allowed=%v, memory %v", step, names(cs), gotOK, wantOK)
+		}
+		for j := range got {
+			if got[j] != want[j] {
+				t.Fatalf("step %d check %s:\n leased %+v\n memory %+v", step, cs[j].Rule.Name, got[j], want[j])
+			}
+		}
+	}
+	st := s.LeaseStats()
+	t.Logf("%+v", st)
+	if st.Local == 0 || st.Grants == 0 || st.UnitsReturned == 0 {
+		t.Errorf("lease stats %+v: want decisions answered from leases, grants and returns", st)
+	}
+}
+
+func names(cs []limiter.Check) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Rule.Name+"/"+c.Key)
+	}
+	return out
+}
+
+// runStore runs s's background work until the test ends.
+func runStore(t *testing.T, s *postgres.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestLeasesExactAcrossInstances: three gateways that lease share one hot
+// key of each algorithm, with a limit of 3,000 an hour; 4,500 requests
+// from 30 clients, 70 % through the first gateway, 20 % through the second
+// and 10 % through the third, let exactly 3,000 through; and 300 keys of a
+// limit of 20 each, 30 requests per key spread over the gateways, let
+// exactly 20 each through.
+func TestLeasesExactAcrossInstances(t *testing.T) {
+	for _, mk := range []func() *policy.Rule{
+		func() *policy.Rule { return fixed("hot", 3000, time.Hour) },
+		func() *policy.Rule { return resetRule("hot", 3000, time.Hour) },
+		func() *policy.Rule { return sliding("hot", 3000, time.Hour, time.Minute) },
+		func() *policy.Rule { return token("hot", 3000, 24*time.Hour) },
+	} {
+		r := mk()
+		t.Run(r.Algorithm.String(), func(t *testing.T) {
+			db := pgtest.New(t)
+			var gws []*postgres.Store
+			for range 3 {
+				s := open(t, db, pgtest.NewPool(t, db.URL, 4), nil)
+				runStore(t, s)
+				gws = append(gws, s)
+			}
+			const requests, limit = 4500, 3000
+			// Gateway of each request, 70/20/10, interleaved as clients
+			// of one service would send them.
+			var through [requests]int
+			for i := range through {
+				switch i % 10 {
+				case 0, 1, 2, 3, 4, 5, 6:
+					through[i] = 0
+				case 7, 8:
+					through[i] = 1
+				default:
+					through[i] = 2
+				}
+			}
+			var next, allowed atomic.Int64
+			var perGW [3]atomic.Int64
+			var wg sync.WaitGroup
+			for range 30 {
+				wg.Go(func() {
+					res := make([]limiter.Result, 1)
+					for {
+						i := next.Add(1) - 1
+						if i >= requests {
+							return
+						}
+						g := through[i]
+						ok, err := gws[g].Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if ok {
+							allowed.Add(1)
+							perGW[g].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := allowed.Load(); got != limit {
+				t.Errorf("%d of %d requests allowed, want exactly %d (per gateway %d/%d/%d)",
+					got, requests, limit, perGW[0].Load(), perGW[1].Load(), perGW[2].Load())
+			}
+			var local uint64
+			for _, s := range gws {
+				local += s.LeaseStats().Local
+			}
+			t.Logf("%d decisions answered from leases; per gateway %d/%d/%d", local, perGW[0].Load(), perGW[1].Load(), perGW[2].Load())
+			if r.Algorithm != policy.Token && local == 0 {
+				t.Errorf("no decision was answered from a lease")
+			}
+		})
+	}
+	t.Run("300 keys of 20", func(t *testing.T) {
+		db := pgtest.New(t)
+		var gws []*postgres.Store
+		for range 3 {
+			s := open(t, db, pgtest.NewPool(t, db.URL, 4), nil)
+			runStore(t, s)
+			gws = append(gws, s)
+		}
+		r := fixed("k20", 20, time.Hour)
+		var allowed [300]atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 30 {
+			wg.Go(func() {
+				res := make([]limiter.Result, 1)
+				for i := w; i < 300*30; i += 30 {
+					key := i % 300
+					ok, err := gws[i%3].Decide(context.Background(), []limiter.Check{chk(r, fmt.Sprint(key))}, res)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						allowed[key].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for k := range allowed {
+			if got := allowed[k].Load(); got != 20 {
+				t.Errorf("key %d: %d allowed, want 20", k, got)
+			}
+		}
+	})
+}
+
+// TestLeaseGivenBackWhenNeeded: a gateway that holds leased units it does
+// not use gives them back within a second once another gateway is denied
+// for want of them; the other gateway's denials meanwhile are Provisional;
+// in the end exactly the limit is allowed.
+func TestLeaseGivenBackWhenNeeded(t *testing.T) {
+	db := pgtest.New(t)
+	holder := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	runStore(t, holder)
+	// The other gateway decides per request, so that only the holder
+	// holds units.
+	other := open(t, db, pgtest.NewPool(t, db.URL, 2), nil, unleased)
+	runStore(t, other)
+	r := fixed("need", 320, time.Hour)
+	res := make([]limiter.Result, 1)
+	ok, err := holder.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+	if err != nil || !ok {
+		t.Fatalf("first decision: %v, %v", ok, err)
+	}
+	held := holder.LeaseStats().UnitsHeld
+	if held <= 0 {
+		t.Fatalf("the holder holds %d units after its first decision, want a lease", held)
+	}
+	allowed := 1
+	for {
+		ok, err := other.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		allowed++
+	}
+	if want := 320 - int(held); allowed != want {
+		t.Fatalf("%d allowed before the first denial, want %d (the limit less the units held)", allowed, want)
+	}
+	if !res[0].Provisional {
+		t.Errorf("the denial while units are out on a lease is not Provisional: %+v", res[0])
+	}
+	deadline := time.Now().Add(time.Second)
+	for allowed < 320 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d allowed a second after the need: the leased units did not come back in time (holder %+v)", allowed, holder.LeaseStats())
+		}
+		ok, err := other.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			allowed++
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ok, err = other.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+	if err != nil || ok {
+		t.Fatalf("a decision past the limit: %v, %v", ok, err)
+	}
+	if res[0].Provisional {
+		t.Errorf("the denial once every unit is spent is Provisional: %+v", res[0])
+	}
+}
+
+// TestLeaseDeadGatewayWastesAtMostItsHold: a gateway that dies holding
+// leased units wastes those units and nothing more: the others get the
+// limit less what it held.
+func TestLeaseDeadGatewayWastesAtMostItsHold(t *testing.T) {
+	db := pgtest.New(t)
+	dead := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	r := fixed("dead", 1000, time.Hour)
+	res := make([]limiter.Result, 1)
+	for range 10 {
+		if ok, err := dead.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res); err != nil || !ok {
+			t.Fatalf("%v, %v", ok, err)
+		}
+	}
+	// A renewal may be on its way: what it brings is held too.
+	eventually(t, "no renewal in flight", func() bool {
+		st := dead.BatchStats()
+		return st.InFlight == 0 && st.Queued == 0
+	})
+	held := dead.LeaseStats().UnitsHeld
+	if held <= 0 || held > 2*1000/16 {
+		t.Fatalf("the gateway holds %d units, want a lease and a renewal of at most a sixteenth of the limit each", held)
+	}
+	postgres.DropLeases(dead) // it dies: nothing is given back
+	alive := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	allowed := 10
+	for {
+		ok, err := alive.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		allowed++
+	}
+	if want := 1000 - int(held); allowed != want {
+		t.Errorf("%d allowed in all, want %d: the limit less the %d units the dead gateway held", allowed, want, held)
+	}
+}
+
+// TestLeaseShutdownGivesBack: a gateway that stops cleanly gives back what
+// it holds.
+func TestLeaseShutdownGivesBack(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	r := fixed("bye", 1000, time.Hour)
+	res := make([]limiter.Result, 1)
+	if ok, err := s.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res); err != nil || !ok {
+		t.Fatalf("%v, %v", ok, err)
+	}
+	if s.LeaseStats().UnitsHeld == 0 {
+		t.Fatal("no lease after the first decision")
+	}
+	cancel()
+	<-done
+	obs := open(t, db, nil, nil, unleased)
+	got, err := obs.Peek(context.Background(), chk(r, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Remaining != 999 {
+		t.Errorf("after a clean shutdown the counter has %d left, want 999: the held units given back", got.Remaining)
+	}
+}
+
+// TestLeaseResetAndOverride: an admin reset and an override change make
+// every gateway give up its leases of the key; the reset keeps the units
+// still out counted until they come back, and an override's new limit
+// holds at once for the gateway that leased under the old one.
+func TestLeaseResetAndOverride(t *testing.T) {
+	db := pgtest.New(t)
+	a := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	runStore(t, a)
+	b := open(t, db, pgtest.NewPool(t, db.URL, 2), nil, unleased)
+	r := fixed("adm", 1000, time.Hour)
+	c := chk(r, "k")
+	res := make([]limiter.Result, 1)
+	for range 5 {
+		if ok, err := a.Decide(context.Background(), []limiter.Check{c}, res); err != nil || !ok {
+			t.Fatalf("%v, %v", ok, err)
+		}
+	}
+	held := a.LeaseStats().UnitsHeld
+	if held == 0 {
+		t.Fatal("no lease")
+	}
+	if err := b.Reset(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	// Until the holder hears of it, what it holds is still counted.
+	got, err := b.Peek(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Remaining > 1000-held {
+		t.Errorf("right after the reset %d left, want at most %d: the units out on the lease stay counted", got.Remaining, 1000-held)
+	}
+	eventually(t, "the holder gives its lease up after the reset", func() bool {
+		got, err := b.Peek(context.Background(), c)
+		return err == nil && got.Remaining >= 1000-5 && a.LeaseStats().UnitsHeld == 0
+	})
+
+	// An override: the holder leases again, then the limit drops to 10.
+	for range 3 {
+		if ok, err := a.Decide(context.Background(), []limiter.Check{c}, res); err != nil || !ok {
+			t.Fatalf("%v, %v", ok, err)
+		}
+	}
+	if err := a.SetOverride(context.Background(), c, 10, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	for range 20 {
+		ok, err := a.Decide(context.Background(), []limiter.Check{c}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			allowed++
+		}
+	}
+	got, err = a.Peek(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allowed > 10 || got.Limit != 10 || a.LeaseStats().UnitsHeld != 0 {
+		t.Errorf("after an override to 10: %d more allowed, counter %+v, %d units held; want at most 10 and the lease given up",
+			allowed, got, a.LeaseStats().UnitsHeld)
+	}
+}
