@@ -223,7 +223,7 @@ func shardOf(k slotKey) int {
 	for i := 0; i < len(k.rule); i++ {
 		h = (h ^ uint32(k.rule[i])) * 16777619
 	}
-	h = (h ^ 0) * 16777619
+	h *= 16777619 // a zero byte between rule and key
 	for i := 0; i < len(k.key); i++ {
 		h = (h ^ uint32(k.key[i])) * 16777619
 	}
