@@ -73,6 +73,7 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		Batching:           batching(cfg),
 		BatchWait:          batchWait(cfg),
 		AsynchronousCommit: cfg.DBSyncCommit == "off",
+		Leasing:            leasing(cfg),
 	}
 	pool, err := openPool(cfg, &opts)
 	if err != nil {
@@ -89,7 +90,7 @@ func newBackend(cfg *config, log *zap.Logger, metrics *limiter.Metrics, forget f
 		breaker:    breaker,
 		pool:       pool,
 		run:        pg.Run,
-		collectors: append(pg.Collectors(), postgres.NewPoolCollector(pool)),
+		collectors: append(append(pg.Collectors(), pg.LeaseCollectors()...), postgres.NewPoolCollector(pool)),
 		close:      pool.Close,
 		desc:       []zap.Field{zap.String("store", "postgres"), zap.String("schema", cfg.DBSchema)},
 	}, nil
@@ -159,9 +160,18 @@ func batching(cfg *config) postgres.Batching {
 	return postgres.Unbatched
 }
 
+// leasing is the store's Leasing: SLUICE_DB_LEASES.
+func leasing(cfg *config) postgres.Leasing {
+	if cfg.DBLeases {
+		return postgres.Leased
+	}
+	return postgres.Unleased
+}
+
 // batchWait is the store's BatchWait: SLUICE_DB_BATCH_WAIT, but at most a
 // quarter of SLUICE_DB_TIMEOUT, so that gathering never spends the time a
 // decision has; 0 turns gathering off.
+
 func batchWait(cfg *config) time.Duration {
 	return orOff(min(cfg.DBBatchWait, cfg.DBTimeout/4))
 }

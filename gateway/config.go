@@ -46,7 +46,8 @@ type settings struct {
 	DBTimeout         time.Duration `env:"SLUICE_DB_TIMEOUT" envDefault:"50ms" help:"deadline of one decision against the store"`
 	DBBatch           bool          `env:"SLUICE_DB_BATCH" envDefault:"true" help:"share statements between concurrent decisions"`
 	DBBatchWait       time.Duration `env:"SLUICE_DB_BATCH_WAIT" envDefault:"2ms" help:"under load, how long a decision may wait to share a statement; 0 turns it off"`
-	DBSyncCommit      string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" envDefault:"off" help:"off commits the limiter's transactions without waiting for the disk (a Postgres crash can lose its last <= 600 ms of counts); on waits"`
+	DBSyncCommit      string        `env:"SLUICE_DB_SYNCHRONOUS_COMMIT" help:"empty: the limiter's transactions commit with the server's own synchronous_commit (durable); off opts out: a Postgres crash can then lose its last <= 600 ms of counts and leases"`
+	DBLeases          bool          `env:"SLUICE_DB_LEASES" envDefault:"true" help:"spend slices of roomy limits in memory, granted durably by the database; false decides every request in the database"`
 	LocalCacheSize    int           `env:"SLUICE_LOCAL_CACHE_SIZE" envDefault:"100000" help:"entries of the over-limit cache; 0 turns the fast path off"`
 	MaxBodyBytes      int64         `env:"SLUICE_MAX_BODY_BYTES" envDefault:"65536" help:"largest request body buffered (and read for identifiers)"`
 	MemoryMaxKeys     int           `env:"SLUICE_MEMORY_MAX_KEYS" envDefault:"1000000" help:"bound on the counters of the in-memory store and of fail=local"`
@@ -163,8 +164,10 @@ func load(environ map[string]string) (*config, error) {
 	if s.DBBatchWait < 0 && !unparsed["SLUICE_DB_BATCH_WAIT"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_DB_BATCH_WAIT: must be 0 (off) or more, got %s", s.DBBatchWait))
 	}
-	if s.DBSyncCommit != "on" && s.DBSyncCommit != "off" {
-		problems = append(problems, fmt.Sprintf("SLUICE_DB_SYNCHRONOUS_COMMIT: expected on or off, got %q", s.DBSyncCommit))
+	switch s.DBSyncCommit {
+	case "", "on", "off": // on: the server's own, as empty (the setting's meaning before it was empty by default)
+	default:
+		problems = append(problems, fmt.Sprintf("SLUICE_DB_SYNCHRONOUS_COMMIT: expected empty (the server's synchronous_commit) or off, got %q", s.DBSyncCommit))
 	}
 	if s.LocalCacheSize < 0 && !unparsed["SLUICE_LOCAL_CACHE_SIZE"] {
 		problems = append(problems, fmt.Sprintf("SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got %d", s.LocalCacheSize))

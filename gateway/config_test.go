@@ -49,8 +49,9 @@ func TestLoadDatabaseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.DBBatch || c.DBSyncCommit != "off" {
-		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q, want true and off", c.DBBatch, c.DBSyncCommit)
+	// Durable by default: the server's own synchronous_commit.
+	if !c.DBBatch || c.DBSyncCommit != "" || !c.DBLeases {
+		t.Fatalf("SLUICE_DB_BATCH=%v SLUICE_DB_SYNCHRONOUS_COMMIT=%q SLUICE_DB_LEASES=%v, want true, empty and true", c.DBBatch, c.DBSyncCommit, c.DBLeases)
 	}
 	if w := batchWait(c); w != 2*time.Millisecond {
 		t.Fatalf("batch wait %s, want the default 2ms", w)
@@ -179,7 +180,7 @@ func TestLoadErrors(t *testing.T) {
 		{"batch syntax", map[string]string{"SLUICE_DB_BATCH": "maybe"}, `SLUICE_DB_BATCH: expected true or false, got "maybe"`},
 		{"batch wait syntax", map[string]string{"SLUICE_DB_BATCH_WAIT": "soon"}, `SLUICE_DB_BATCH_WAIT: expected a duration such as 50ms or 2s, got "soon"`},
 		{"batch wait negative", map[string]string{"SLUICE_DB_BATCH_WAIT": "-1ms"}, "SLUICE_DB_BATCH_WAIT: must be 0 (off) or more, got -1ms"},
-		{"synchronous commit", map[string]string{"SLUICE_DB_SYNCHRONOUS_COMMIT": "local"}, `SLUICE_DB_SYNCHRONOUS_COMMIT: expected on or off, got "local"`},
+		{"synchronous commit", map[string]string{"SLUICE_DB_SYNCHRONOUS_COMMIT": "local"}, `SLUICE_DB_SYNCHRONOUS_COMMIT: expected empty (the server's synchronous_commit) or off, got "local"`},
 		{"cache size syntax", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "lots"}, `SLUICE_LOCAL_CACHE_SIZE: expected a whole number, got "lots"`},
 		{"cache size negative", map[string]string{"SLUICE_LOCAL_CACHE_SIZE": "-1"}, "SLUICE_LOCAL_CACHE_SIZE: must be 0 (off) or more, got -1"},
 		{"body bytes", map[string]string{"SLUICE_MAX_BODY_BYTES": "0"}, "SLUICE_MAX_BODY_BYTES: must be positive, got 0"},
