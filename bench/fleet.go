@@ -45,7 +45,8 @@ type fleetOptions struct {
 	hot              bool
 	warmup, duration time.Duration
 	decisionTimeout  time.Duration
-	syncCommit       bool
+	syncCommit       bool // false: synchronous_commit off (SLUICE_DB_SYNCHRONOUS_COMMIT=off)
+	leases           bool
 	deadline         time.Duration
 }
 
@@ -69,7 +70,8 @@ func parseFleetFlags(args []string) (fleetOptions, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load per number of gateways")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured load per number of gateways")
 	fs.DurationVar(&o.decisionTimeout, "decision-timeout", postgres.DefaultDecisionTimeout, "deadline of one decision, as SLUICE_DB_TIMEOUT")
-	fs.StringVar(&syncCommit, "synchronous-commit", "off", "the decisions' synchronous_commit, as SLUICE_DB_SYNCHRONOUS_COMMIT: on or off")
+	fs.StringVar(&syncCommit, "synchronous-commit", "", "as SLUICE_DB_SYNCHRONOUS_COMMIT: empty (the server's own, durable, the default) or off")
+	fs.BoolVar(&o.leases, "leases", true, "as SLUICE_DB_LEASES: spend slices of the limits in memory")
 	fs.DurationVar(&o.deadline, "timeout", 10*time.Minute, "give up (and clean up) after this long")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -96,10 +98,10 @@ func parseFleetFlags(args []string) (fleetOptions, error) {
 		problems = append(problems, "-duration, -decision-timeout and -timeout must be positive, -warmup not negative")
 	}
 	switch syncCommit {
-	case "on", "off":
-		o.syncCommit = syncCommit == "on"
+	case "", "on", "off":
+		o.syncCommit = syncCommit != "off"
 	default:
-		problems = append(problems, fmt.Sprintf("-synchronous-commit: expected on or off, got %q", syncCommit))
+		problems = append(problems, fmt.Sprintf("-synchronous-commit: expected empty or off, got %q", syncCommit))
 	}
 	if len(problems) > 0 {
 		return o, errors.New(strings.Join(problems, "\n"))
@@ -299,6 +301,10 @@ func startGateway(url string, o fleetOptions) (*fleetGateway, error) {
 		DecisionTimeout:    o.decisionTimeout,
 		BatchWait:          min(postgres.DefaultBatchWait, o.decisionTimeout/4), // as batchWait
 		AsynchronousCommit: !o.syncCommit,
+		Leasing:            postgres.Unleased,
+	}
+	if o.leases {
+		opts.Leasing = postgres.Leased
 	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -568,7 +574,12 @@ func (r *fleetRun) writeTable(w io.Writer) {
 	}
 	commit := "off"
 	if o.syncCommit {
-		commit = "on"
+		commit = "the server's (on)"
+	}
+	if o.leases {
+		commit += ", leases on"
+	} else {
+		commit += ", leases off"
 	}
 	where := " on the same machine"
 	if r.cpuErr != nil {
