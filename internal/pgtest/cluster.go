@@ -135,7 +135,7 @@ type Cluster struct {
 func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
 	initdb := Tool(t, "initdb")
-	c := newCluster(t)
+	c := newCluster(t, 0)
 	out, err := c.run(initdb, "-D", c.data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--no-instructions")
 	if err != nil {
 		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
@@ -164,12 +164,16 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 // id of the test binary that made it.
 const ownerFile = "owner.pid"
 
-// newCluster makes the directory of a cluster owned by the user that will
-// run it, and registers the cluster's stop and removal.
-func newCluster(t testing.TB) *Cluster {
+// newCluster makes the directory of a cluster on port (0: a free one)
+// owned by the user that will run it, and registers the cluster's stop and
+// removal.
+func newCluster(t testing.TB, port int) *Cluster {
 	t.Helper()
 	removeOrphans()
-	c := &Cluster{postgres: Tool(t, "postgres"), pgCtl: Tool(t, "pg_ctl"), Port: proctest.FreePort(t)}
+	if port == 0 {
+		port = proctest.FreePort(t)
+	}
+	c := &Cluster{postgres: Tool(t, "postgres"), pgCtl: Tool(t, "pg_ctl"), Port: port}
 	if os.Geteuid() == 0 {
 		uid, gid := clusterUser(t)
 		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
@@ -500,8 +504,16 @@ func (c *Cluster) Log() string {
 // free port of its own, starts it and registers its removal.
 func (c *Cluster) NewStandby(t testing.TB) *Cluster {
 	t.Helper()
+	return c.NewStandbyAt(t, 0)
+}
+
+// NewStandbyAt is NewStandby on port (0: a free one), such as the port of
+// a primary that died, so that a connection string listing the servers'
+// ports keeps naming every server through failovers.
+func (c *Cluster) NewStandbyAt(t testing.TB, port int) *Cluster {
+	t.Helper()
 	basebackup := Tool(t, "pg_basebackup")
-	s := newCluster(t)
+	s := newCluster(t, port)
 	out, err := s.run(basebackup, "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres",
 		"-D", s.data, "-R", "-X", "stream", "-c", "fast", "--no-sync")
 	if err != nil {
@@ -510,6 +522,39 @@ func (c *Cluster) NewStandby(t testing.TB) *Cluster {
 	s.configure(t, nil) // its own port and sockets
 	s.Start(t)
 	return s
+}
+
+// RequireSynchronousStandby makes every commit on c wait until a standby
+// has flushed it (synchronous_standby_names '*', synchronous_commit on),
+// as a server with synchronous replication does; with no standby
+// attached, commits wait. The setting is in postgresql.auto.conf, which a
+// standby made from c afterwards copies: promoted, it waits for a standby
+// of its own.
+func (c *Cluster) RequireSynchronousStandby(t testing.TB) {
+	t.Helper()
+	c.Exec(t, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+	c.Exec(t, "SELECT pg_reload_conf()")
+	// The reload reaches the server's processes by a signal, later: wait
+	// until a new connection sees it. (Connections already open see it at
+	// their next command once signalled, a moment later still.)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		conn, err := c.Connect(ctx)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		var v string
+		err = conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&v)
+		conn.Close(context.Background())
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if v == "*" {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // the reload is the server's: poll it
+	}
 }
 
 // Exec runs sql on the server's postgres database as the superuser, in a

@@ -35,9 +35,9 @@ func Poll(ctx context.Context, s *Store, since int64) (int64, error) { return s.
 // ProbeRule is the rule name of the probes' decisions.
 var ProbeRule = probeRule.Name
 
-// ProbeDecisions is the number of decisions one probe makes on each of
-// its connections.
-const ProbeDecisions = 1 + probeRounds
+// ProbeDecisions is the number of decisions one probe makes on its first
+// connection: a first one, probeRounds more, and one it commits.
+const ProbeDecisions = 1 + probeRounds + 1
 
 // SetBatchClock makes the batcher of s gather on clock instead of the wall
 // clock, so that tests move time instead of sleeping.

@@ -178,7 +178,44 @@ func (s *Store) warm(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("postgres store probe: %w", s.fault(err))
 	}
+	if err := s.probeCommit(actx, conns[0]); err != nil {
+		return fmt.Errorf("postgres store probe: %w", s.fault(err))
+	}
 	s.dropLogged.Store(false)
+	return nil
+}
+
+// probeCommit commits a transaction on conn, as decisions commit theirs
+// (with the server's synchronous_commit, or off when the store's commits
+// are asynchronous), within the decision deadline. The probe's decisions
+// are rolled back, and a rollback waits for nobody; a commit waits for
+// the synchronous standbys the server names. A server whose standbys do
+// not answer (none left after a failover, say) decides nothing durably,
+// and must not be called ready.
+func (s *Store) probeCommit(ctx context.Context, conn *pgxpool.Conn) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.DecisionTimeout)
+	defer cancel()
+	data := conn.Conn().PgConn().CustomData()
+	delete(data, warnedKey)
+	// A real decision of the probe's counter, committed: a commit waits
+	// only for a transaction that wrote WAL. It costs one unit of the
+	// probe's own counter (2^40 an hour), which cleanup removes.
+	b := batchPool.Get().(*batch)
+	defer b.release()
+	var res [1]limiter.Result
+	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
+	if _, err := b.build(d[:], emptyOverrides); err != nil {
+		return err
+	}
+	if err := b.query(ctx, conn, s.q.decide, nil, false); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("a probe commit took longer than the %v deadline (are the synchronous standbys answering?): %w", s.opts.DecisionTimeout, err)
+		}
+		return err
+	}
+	if _, warned := data[warnedKey]; warned {
+		return &faultError{kind: limiter.ErrorTimeout, err: errUncertain}
+	}
 	return nil
 }
 
