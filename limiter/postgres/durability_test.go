@@ -143,4 +143,3 @@ func TestUncertainCommitCancelled(t *testing.T) {
 		t.Errorf("counter n = %d, want the locally committed count (at least the request's own unit)", n)
 	}
 }
-
