@@ -105,23 +105,20 @@ func (f *fastPath) deny(checks []Check, now time.Time, results []Result, sources
 // store denied, until start plus its RetryAfter. A denial by a counter
 // shared with other keys (Result.Shared) is not remembered: it says
 // nothing of the key, and a flood of fresh keys into a full memory store
-// would otherwise fill the cache with keys never seen again. A
-// Provisional denial (units leased to other gateways may come back) is
-// remembered for ProvisionalHold at most, so that the units given back
-// are spent. start is the local instant taken before the store was asked.
+// would otherwise fill the cache with keys never seen again. Nor is a
+// Provisional denial (units out on leases may come back, within a second
+// when asked for, or reach this gateway in a lease it asked for before):
+// remembering it would leave those units unspent. start is the local
+// instant taken before the store was asked.
 func (f *fastPath) remember(checks []Check, results []Result, start time.Time) {
 	for i, c := range checks {
 		r := &results[i]
-		if c.Rule.Shadow || c.Rule.CountAll || r.Allowed || r.RetryAfter <= 0 || r.Shared {
+		if c.Rule.Shadow || c.Rule.CountAll || r.Allowed || r.RetryAfter <= 0 || r.Shared || r.Provisional {
 			continue
-		}
-		hold := r.RetryAfter
-		if r.Provisional {
-			hold = min(hold, ProvisionalHold)
 		}
 		f.cache.Add(cacheKey{c.Rule.Name, c.Key}, overLimit{
 			rule:  c.Rule,
-			until: start.Add(hold), limit: r.Limit, window: r.Window,
+			until: start.Add(r.RetryAfter), limit: r.Limit, window: r.Window,
 			decided: r.Reset.Add(-r.ResetAfter), // the store's clock at the decision
 		})
 	}

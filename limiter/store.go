@@ -49,16 +49,11 @@ type Result struct {
 	// it.
 	Shared bool
 	// Provisional reports, for a check that denied, that units of its
-	// counter are out on leases held by other gateways (see package
-	// postgres) and may be given back before RetryAfter: the over-limit
-	// cache remembers such a denial only briefly (ProvisionalHold).
+	// counter are out on leases (see package postgres) and may be given
+	// back, or spent by this gateway, before RetryAfter: the over-limit
+	// cache does not remember such a denial.
 	Provisional bool
 }
-
-// ProvisionalHold is the longest the over-limit cache remembers a
-// Provisional denial: about the time other gateways take to give back
-// leased units that a denied gateway asked for.
-const ProvisionalHold = time.Second
 
 // Store keeps counters and decides.
 //

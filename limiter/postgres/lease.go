@@ -65,9 +65,8 @@ import (
 
 // Sizing.
 const (
-	// leaseShare: a lease asks for at most 1/leaseShare of the limit. A
-	// gateway holds at most that per counter, which bounds what its death
-	// wastes of a window.
+	// leaseShare: a gateway holds at most 1/leaseShare of a counter's
+	// limit (leaseCap), which bounds what its death wastes of a window.
 	leaseShare = 16
 	// leaseHorizon: a lease covers about this much of the rate this
 	// gateway sees for the counter.
@@ -94,7 +93,7 @@ func leaseWant(alg policy.Algorithm, p limiter.Params, rate float64, left time.D
 		return 0
 	}
 	c := max(1, p.Cost)
-	capUnits := p.Limit / leaseShare / c * c
+	capUnits := leaseCap(p)
 	var reqs float64
 	switch alg {
 	case policy.Fixed, policy.Reset:
@@ -115,6 +114,14 @@ func leaseWant(alg policy.Algorithm, p limiter.Params, rate float64, left time.D
 		return 0
 	}
 	return min(want, capUnits)
+}
+
+// leaseCap is the most units a gateway holds of a counter with parameters
+// p: a sixteenth of the limit, in whole requests. It is what a gateway that
+// dies can waste of the counter's window.
+func leaseCap(p limiter.Params) int64 {
+	c := max(1, p.Cost)
+	return p.Limit / leaseShare / c * c
 }
 
 // mayLease reports whether a counter of algorithm alg with parameters p

@@ -252,6 +252,15 @@ func (s *Store) leaseAsk(l *lease, now time.Time) leaseIO {
 		}
 	}
 	io := leaseIO{want: leaseWant(l.rule.Algorithm, l.p, l.rate, left)}
+	// What it holds and what it asks for (with a renewal's phantom
+	// request) stay within leaseCap.
+	c := max(1, l.p.Cost)
+	if room := (leaseCap(l.p) - l.left - c) / c * c; io.want > room {
+		io.want = room
+	}
+	if io.want < leaseMinRequests*c {
+		io.want = 0
+	}
 	if l.granted > 0 {
 		io.held, io.mark = l.granted, l.mark
 	}
