@@ -23,6 +23,10 @@ type result struct {
 	rounds   []wrkResult // one per round, in round order
 	xacts    int64       // Postgres transactions during the rounds; -1: not measured
 	requests int64       // requests the xacts were spent on
+	// coldXacts are the Postgres transactions of the warm-up, the first
+	// load on a fresh sluice (leases not yet granted); coldRequests its
+	// requests. -1: not measured.
+	coldXacts, coldRequests int64
 	failed   int64       // checks the store could not decide (fail modes); -1: not measured
 }
 
@@ -40,7 +44,7 @@ type cell struct {
 func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]result, error) {
 	var cells []*cell
 	for _, t := range b.opts.targets {
-		c := &cell{result: result{scenario: s, target: t, xacts: -1, failed: -1}, url: b.baseline}
+		c := &cell{result: result{scenario: s, target: t, xacts: -1, coldXacts: -1, failed: -1}, url: b.baseline}
 		if t != targetBaseline {
 			start := b.startSluice
 			if t == targetRedis {
@@ -69,27 +73,38 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 	}
 	var pg *cell
 	for _, c := range cells {
-		fmt.Fprintf(b.log, "  warm-up %s\n", c.target)
-		if err := b.warmUp(ctx, script, c.url); err != nil {
-			return nil, err
-		}
 		if c.target == targetPostgres {
 			pg = c
 		}
 	}
+	var coldBefore int64
+	if pg != nil {
+		// The warm-up is sluice's first load: counted apart, as "cold".
+		var err error
+		if coldBefore, err = b.publishedXacts(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range cells {
+		fmt.Fprintf(b.log, "  warm-up %s\n", c.target)
+		n, err := b.warmUp(ctx, script, c.url)
+		if err != nil {
+			return nil, err
+		}
+		if c == pg {
+			pg.coldRequests = n
+		}
+	}
 	var xactsBefore int64
 	if pg != nil {
-		// Let the backends publish the warm-up's transactions, so that the
-		// snapshot below holds all of them and none of the rounds'.
-		fmt.Fprintf(b.log, "  waiting %s for Postgres to publish its counts\n", pgStatIdleFlush)
-		select {
-		case <-time.After(pgStatIdleFlush):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		// The snapshot holds all of the warm-up's transactions and none of
+		// the rounds'.
 		var err error
-		if xactsBefore, err = b.db.xacts(ctx); err != nil {
+		if xactsBefore, err = b.publishedXacts(ctx); err != nil {
 			return nil, err
+		}
+		if pg.coldRequests > 0 {
+			pg.coldXacts = xactsBefore - coldBefore
 		}
 	}
 
@@ -153,12 +168,24 @@ func (b *bench) measureRound(ctx context.Context, c *cell, script string) error 
 // warmUp sends the scenario's load to baseURL for the warm-up time, so
 // that connections, pools and caches are in their steady state when the
 // measurement starts. Its numbers are thrown away.
-func (b *bench) warmUp(ctx context.Context, script, baseURL string) error {
+func (b *bench) warmUp(ctx context.Context, script, baseURL string) (requests int64, err error) {
 	if b.opts.warmup < time.Second {
-		return nil
+		return 0, nil
 	}
-	_, err := runWrk(ctx, b.opts.load, script, baseURL, b.opts.warmup)
-	return err
+	r, err := runWrk(ctx, b.opts.load, script, baseURL, b.opts.warmup)
+	return r.Requests, err
+}
+
+// publishedXacts waits until Postgres has published the transactions
+// of its backends so far, and returns the count.
+func (b *bench) publishedXacts(ctx context.Context) (int64, error) {
+	fmt.Fprintf(b.log, "  waiting %s for Postgres to publish its counts\n", pgStatIdleFlush)
+	select {
+	case <-time.After(pgStatIdleFlush):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return b.db.xacts(ctx)
 }
 
 // server is one running target other than the baseline: sluice or the

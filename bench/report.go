@@ -14,8 +14,8 @@ import (
 // measured minutes apart at most, so that a noisy neighbour on a shared
 // machine weighs on both sides of a ratio.
 func writeTable(w io.Writer, results []result) {
-	fmt.Fprintln(w, "| scenario | target | req/s | p50 | p99 | req/s ÷ baseline | p99 ÷ baseline | pg xact/decision | allowed | denied | failed checks |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| scenario | target | req/s | p50 | p99 | req/s ÷ baseline | p99 ÷ baseline | pg xact/decision | cold: pg xact/decision | allowed | denied | failed checks |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	var socketErrors, failing []string
 	for _, r := range results {
 		i := slices.IndexFunc(results, func(b result) bool {
@@ -31,6 +31,10 @@ func writeTable(w io.Writer, results []result) {
 		if r.xacts >= 0 && r.requests > 0 {
 			xacts = fmt.Sprintf("%.3f", float64(r.xacts)/float64(r.requests))
 		}
+		cold := "–"
+		if r.coldXacts >= 0 && r.coldRequests > 0 {
+			cold = fmt.Sprintf("%.3f", float64(r.coldXacts)/float64(r.coldRequests))
+		}
 		failed := "–"
 		if r.failed >= 0 {
 			failed = strconv.FormatInt(r.failed, 10)
@@ -41,12 +45,12 @@ func writeTable(w io.Writer, results []result) {
 			denied += x.Non2xx
 			sockErr += x.SocketErrors
 		}
-		fmt.Fprintf(w, "| %s. %s | %s | %.0f | %s | %s | %s | %s | %s | %d | %d | %s |\n",
+		fmt.Fprintf(w, "| %s. %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n",
 			r.scenario.id, r.scenario.title, targetName(r.target),
 			median(r.rounds, wrkResult.rps),
 			millis(median(r.rounds, func(x wrkResult) float64 { return x.P50US })),
 			millis(median(r.rounds, func(x wrkResult) float64 { return x.P99US })),
-			rpsRatio, p99Ratio, xacts, allowed, denied, failed)
+			rpsRatio, p99Ratio, xacts, cold, allowed, denied, failed)
 		if r.failed > (allowed+denied)/100 {
 			failing = append(failing, fmt.Sprintf("scenario %s %s", r.scenario.id, targetName(r.target)))
 		}
@@ -56,7 +60,8 @@ func writeTable(w io.Writer, results []result) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "req/s, p50, p99: medians over the rounds; ratios: medians of each round's ratio to the baseline's run in the same round."+
-		" pg xact/decision: transactions in pg_stat_database of sluice's own database during the rounds, per request."+
+		" pg xact/decision: transactions in pg_stat_database of sluice's own database during the rounds, per request;"+
+		" cold: the same during the warm-up, the first load on a fresh sluice and database (leases not granted yet)."+
 		" allowed/denied: wrk's 2xx/3xx and other responses, all rounds."+
 		" failed checks: sluice_decisions_total outcomes failed_open, failed_closed and local (the store did not decide within SLUICE_DB_TIMEOUT); for redis_rate, Allow calls that failed or missed the same 50 ms deadline and let the request through.")
 	if len(failing) > 0 {
