@@ -27,7 +27,7 @@ type result struct {
 	// load on a fresh sluice (leases not yet granted); coldRequests its
 	// requests. -1: not measured.
 	coldXacts, coldRequests int64
-	failed   int64       // checks the store could not decide (fail modes); -1: not measured
+	failed                  int64 // checks the store could not decide (fail modes); -1: not measured
 }
 
 // cell is a target being measured in one scenario.
