@@ -310,7 +310,14 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 		return
 	}
 	until := sent.Add(time.Duration(end-nowUS) * time.Microsecond)
-	l.room = res.Remaining
+	// The room the database has left: within one window (or bucket) it
+	// only shrinks but for units given back, so of answers that may arrive
+	// out of order the smallest is the freshest.
+	if l.granted > 0 && l.mark == mark {
+		l.room = min(l.room, res.Remaining)
+	} else {
+		l.room = res.Remaining
+	}
 	got := g + phantom
 	if got <= 0 {
 		if asked {
@@ -340,7 +347,6 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 		// A decision from the lease makes the current bucket the newest.
 		l.resetUS = (mark + l.p.Window.Microseconds()/l.p.Bucket.Microseconds()) * l.p.Bucket.Microseconds()
 	}
-	l.room = res.Remaining
 	l.dryUntil = time.Time{}
 	t.grants.Add(1)
 	t.unitsGranted.Add(uint64(got))
