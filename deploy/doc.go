@@ -1,9 +1,11 @@
 // Package deploy holds sluice's deployment artifacts, not code: the
-// container image (Dockerfile), a compose file, Kubernetes manifests, a
-// systemd unit, the database roles, Prometheus alerts and a Grafana
-// dashboard. Its tests build, render, verify or run each of them with the
-// real tool (podman, kustomize, systemd-analyze, psql, promtool,
-// docker-compose) and a real sluice.
+// container image (Dockerfile), a compose file with the scripts of its
+// Postgres primary and synchronous standby, Kubernetes manifests (and an
+// example Postgres cluster), a systemd unit, the database roles,
+// Prometheus alerts and a Grafana dashboard. Its tests build, render,
+// verify or run each of them with the real tool (podman, kustomize,
+// systemd-analyze, psql and PostgreSQL's servers, promtool,
+// docker-compose, shellcheck) and a real sluice.
 //
 // A test whose tool is missing is skipped with a message naming the
 // package to install, and fails instead when the CI environment variable

@@ -632,9 +632,66 @@ func checkSecretsDocumented(t *testing.T, refs map[string]string) {
 	}
 }
 
+// TestKubernetesPostgres renders the CloudNativePG example and checks what
+// its comments and the README promise: one Cluster, in sluice's namespace,
+// whose commits wait for any one of its standbys and never go on without
+// one, with a standby to spare so that losing one stops no commit; no
+// parameter that would undo that; and the README pointing sluice at the
+// Service of its primary.
+func TestKubernetesPostgres(t *testing.T) {
+	t.Parallel()
+	m := decodeManifests(t, kustomize(t, filepath.Join(root, "deploy", "kubernetes", "postgres")))
+	if len(m) != 1 {
+		t.Errorf("rendered %d objects, want one Cluster", len(m))
+	}
+	o := m.get(t, "Cluster", "sluice-db")
+	if o.APIVersion != "postgresql.cnpg.io/v1" || o.Metadata.Namespace != "sluice" {
+		t.Errorf("Cluster sluice-db: apiVersion %q, namespace %q; want postgresql.cnpg.io/v1 in sluice", o.APIVersion, o.Metadata.Namespace)
+	}
+	c := spec[struct {
+		Instances       int
+		MinSyncReplicas *int `json:"minSyncReplicas"`
+		MaxSyncReplicas *int `json:"maxSyncReplicas"`
+		Postgresql      struct {
+			Parameters  map[string]string
+			Synchronous *struct {
+				Method         string
+				Number         int
+				DataDurability string `json:"dataDurability"`
+			}
+		}
+	}](t, o)
+	sync := c.Postgresql.Synchronous
+	switch {
+	case sync == nil:
+		t.Fatal("no spec.postgresql.synchronous: commits would not wait for a standby")
+	case sync.Method != "any" || sync.Number < 1:
+		t.Errorf("synchronous %+v: want method any, number 1 or more", *sync)
+	case sync.DataDurability != "" && sync.DataDurability != "required":
+		t.Errorf("synchronous dataDurability %q: with preferred, commits go on without a standby and a failover can lose them", sync.DataDurability)
+	case c.Instances-1 <= sync.Number:
+		t.Errorf("%d instances for %d synchronous standbys: want a standby more, so that losing one stops no commit", c.Instances, sync.Number)
+	}
+	if c.MinSyncReplicas != nil || c.MaxSyncReplicas != nil {
+		t.Error("minSyncReplicas or maxSyncReplicas beside the synchronous stanza: the operator takes one or the other")
+	}
+	for _, k := range []string{"synchronous_standby_names", "synchronous_commit"} {
+		if v, ok := c.Postgresql.Parameters[k]; ok {
+			t.Errorf("parameter %s = %q: the synchronous stanza and the server's default decide it", k, v)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "@sluice-db-rw:5432/") {
+		t.Error("the README does not point sluice's database URL at the Service sluice-db-rw")
+	}
+}
+
 // kubernetesFiles is every file under deploy/kubernetes: each is a
-// kustomization or something one of them uses, so TestKubernetes renders
-// all of them.
+// kustomization or something one of them uses, so TestKubernetes and
+// TestKubernetesPostgres render all of them.
 var kubernetesFiles = []string{
 	"deploy/kubernetes/kustomization.yaml",
 	"deploy/kubernetes/base/kustomization.yaml",
@@ -650,6 +707,8 @@ var kubernetesFiles = []string{
 	"deploy/kubernetes/overlays/example/kustomization.yaml",
 	"deploy/kubernetes/overlays/example/namespace.yaml",
 	"deploy/kubernetes/overlays/example/rules.conf",
+	"deploy/kubernetes/postgres/kustomization.yaml",
+	"deploy/kubernetes/postgres/cloudnativepg.yaml",
 }
 
 // TestKubernetesFiles: the files under deploy/kubernetes are exactly

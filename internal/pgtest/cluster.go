@@ -280,16 +280,48 @@ func (c *Cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port)
 }
 
+// NewEmptyCluster makes a cluster without its data directory, for a test
+// whose own program makes one (a deployment script that runs
+// pg_basebackup, say) and starts the server with StartCommand. Like
+// NewCluster's, it has a free port, runs as ClusterUser when the tests run
+// as root, and is stopped and removed when the test ends.
+func NewEmptyCluster(t testing.TB) *Cluster {
+	t.Helper()
+	return newCluster(t)
+}
+
+// DataDir is the cluster's data directory, which a cluster of
+// NewEmptyCluster does not have until something makes it.
+func (c *Cluster) DataDir() string {
+	return c.data
+}
+
 // Start starts the server and waits until it accepts connections (a
 // standby: until it is ready for read-only ones).
 func (c *Cluster) Start(t testing.TB) {
+	t.Helper()
+	c.start(t, c.Command(c.postgres, "-D", c.data))
+}
+
+// StartCommand starts the server with prog and args instead of postgres
+// itself, as the cluster's user, in Dir, with exactly the environment env,
+// and waits as Start does. prog must end by exec'ing postgres on DataDir
+// and Port, so that Stop, Kill, Promote and the end of the test reach the
+// server. Its output goes to the server's log.
+func (c *Cluster) StartCommand(t testing.TB, env []string, prog string, args ...string) {
+	t.Helper()
+	cmd := c.Command(prog, args...)
+	cmd.Env = env
+	c.start(t, cmd)
+}
+
+func (c *Cluster) start(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
 	logf, err := os.OpenFile(c.logged, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	defer logf.Close()
-	cmd := c.Command(c.postgres, "-D", c.data)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	exited, err := proctest.StartChild(cmd, syscall.SIGQUIT) // SIGQUIT: immediate shutdown
 	if err != nil {
