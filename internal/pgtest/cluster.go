@@ -287,7 +287,7 @@ func (c *Cluster) URL() string {
 // as root, and is stopped and removed when the test ends.
 func NewEmptyCluster(t testing.TB) *Cluster {
 	t.Helper()
-	return newCluster(t)
+	return newCluster(t, 0)
 }
 
 // DataDir is the cluster's data directory, which a cluster of
