@@ -44,7 +44,11 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	}
 	h, _ := hashing.New([]byte("admin-test-key-0123"))
 	upURL, _ := url.Parse(up.URL)
-	p, err := proxy.New(proxy.Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
+	dec, err := proxy.NewDecider(proxy.DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Config{Upstream: upURL, Decider: dec})
 	if err != nil {
 		t.Fatal(err)
 	}

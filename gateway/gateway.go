@@ -166,19 +166,26 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		accessLog = log.Named(accessLoggerName)
 	}
 	g.metrics = proxy.NewMetrics(reg)
+	dec, err := proxy.NewDecider(proxy.DeciderConfig{
+		Policy:    cfg.policy,
+		Limiter:   lim,
+		Hasher:    hasher,
+		Trusted:   cfg.trusted,
+		Headers:   cfg.headers,
+		Metrics:   g.metrics,
+		AccessLog: accessLog,
+	})
+	if err != nil {
+		be.close()
+		return nil, err
+	}
 	px, err := proxy.New(proxy.Config{
 		Upstream:     cfg.upstream,
 		Routes:       cfg.routes,
-		Policy:       cfg.policy,
-		Limiter:      lim,
-		Hasher:       hasher,
-		Trusted:      cfg.trusted,
+		Decider:      dec,
 		MaxBodyBytes: cfg.MaxBodyBytes,
-		Headers:      cfg.headers,
 		Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
 		Logger:       log,
-		Metrics:      g.metrics,
-		AccessLog:    accessLog,
 	})
 	if err != nil {
 		be.close()
