@@ -27,6 +27,9 @@ var layers = map[string][]string{
 	"proxy/identity": {"hashing"},
 	"proxy":          {"hashing", "limiter", "policy", "proxy/identity"},
 	"admin":          {"hashing", "limiter", "policy", "proxy"},
+	// The decision service for other proxies: forward-auth, then Envoy's
+	// rate limit service, both deciding through the proxy's Decider.
+	"check": {"hashing", "limiter", "policy", "proxy", "proxy/identity"},
 	// Serving a small server until a context ends.
 	"internal/httpserve": nil,
 	// Test and measurement support.

@@ -290,12 +290,13 @@ func (d *Decider) Decide(ctx context.Context, x *Decision) {
 	}
 }
 
-// Answer answers a decided request on w: 503 when it is unavailable, 429
-// (or denied, when not 0: 403 for nginx's auth_request) when it is
-// denied, each with its headers and problem+json body, and false; for an
-// allowed one it sets the rate-limit headers and returns true, for the
-// caller to go on (forward it, or answer 200).
-func (d *Decider) Answer(w http.ResponseWriter, x *Decision, denied int) bool {
+// Answer answers a decided request on w and returns the status it wrote:
+// 503 when it is unavailable, 429 (or denied, when not 0: 403 for nginx's
+// auth_request) when it is denied, each with its headers and
+// problem+json body. For an allowed one it sets the rate-limit headers,
+// writes nothing and returns 0, for the caller to go on (forward it, or
+// answer 200).
+func (d *Decider) Answer(w http.ResponseWriter, x *Decision, denied int) int {
 	switch x.Verdict {
 	case OutcomeUnavailable:
 		retry := max(CeilSeconds(x.Outcome.RetryAfter), 1)
@@ -305,22 +306,17 @@ func (d *Decider) Answer(w http.ResponseWriter, x *Decision, denied int) bool {
 			Detail:     "the rate limiter cannot decide right now; retry shortly",
 			RetryAfter: retry,
 		})
-		return false
+		return http.StatusServiceUnavailable
 	case OutcomeLimited:
-		d.tooMany(w, x, cmpOr(denied, http.StatusTooManyRequests))
-		return false
+		if denied == 0 {
+			denied = http.StatusTooManyRequests
+		}
+		d.tooMany(w, x, denied)
+		return denied
 	case OutcomeAllowed:
 		d.SetHeaders(w.Header(), x.Checks, &x.Outcome)
 	}
-	return true
-}
-
-// cmpOr is a, or b when a is 0.
-func cmpOr(a, b int) int {
-	if a == 0 {
-		return b
-	}
-	return a
+	return 0
 }
 
 // SetHeaders sets on h the rate-limit headers of a decided request: for

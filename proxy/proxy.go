@@ -198,7 +198,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.dec.Decide(r.Context(), x)
-	if p.dec.Answer(w, x, 0) {
+	if p.dec.Answer(w, x, 0) == 0 {
 		st.upstream = p.forward(w, r, x.match, p.rp)
 	}
 }
