@@ -29,7 +29,8 @@ var layers = map[string][]string{
 	"admin":          {"hashing", "limiter", "policy", "proxy"},
 	// The decision service for other proxies: forward-auth, then Envoy's
 	// rate limit service, both deciding through the proxy's Decider.
-	"check": {"hashing", "limiter", "policy", "proxy", "proxy/identity"},
+	"check":     {"hashing", "limiter", "policy", "proxy", "proxy/identity"},
+	"check/rls": {"check", "hashing", "limiter", "policy", "proxy", "proxy/identity"},
 	// Serving a small server until a context ends.
 	"internal/httpserve": nil,
 	// Test and measurement support.
@@ -54,13 +55,21 @@ var testLayers = map[string][]string{
 	"faults": {"gateway", "internal/pgtest", "internal/proctest", "limiter/postgres"},
 }
 
+// confined are third-party module paths that only one package's code may
+// import: gRPC and Envoy's types belong to Envoy's rate limit service, so
+// that nothing else grows a dependency on them.
+var confined = map[string]string{
+	"google.golang.org/grpc":                 "check/rls",
+	"github.com/envoyproxy/go-control-plane": "check/rls",
+}
+
 // modules are the directories of sluice's modules: the product, and the
 // load harness (bench/go.mod), which is a module of its own so that its
 // Redis client is none of the product's dependencies.
 var modules = []string{".", "bench"}
 
 // TestLayering checks every package's imports of sluice's own packages,
-// in every module, against layers.
+// in every module, against layers, and the confined third-party ones.
 func TestLayering(t *testing.T) {
 	const module = "github.com/sluicehq/sluice"
 	var out []byte
@@ -93,6 +102,13 @@ func TestLayering(t *testing.T) {
 			continue
 		}
 		check(pkg, "", fields[1:], allowed)
+		for _, imp := range fields[1:] {
+			for prefix, owner := range confined {
+				if (imp == prefix || strings.HasPrefix(imp, prefix+"/")) && pkg != owner {
+					t.Errorf("%q imports %q, which only %q may", pkg, imp, owner)
+				}
+			}
+		}
 		if allowed, ok := testLayers[pkg]; ok {
 			check(pkg, " (its tests)", strings.Fields(tests), allowed)
 		}
