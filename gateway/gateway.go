@@ -188,7 +188,8 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.dec = dec
-	g.reloads = newReloadsCounter(reg)
+	g.reloads = newReloadsCounter(reg, "sluice_rules_reloads_total",
+		"Reloads of SLUICE_RULES_FILE (on SIGHUP) by result: ok (the new rules are in force) or error (refused; the running rules stay).")
 	if cfg.certs != nil {
 		g.tlsLoads = newTLSCollectors(reg, cfg.certs)
 	}

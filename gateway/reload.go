@@ -15,13 +15,10 @@ import (
 // to read again.
 var errNoRulesFile = errors.New("nothing to reload: the rules come from SLUICE_RULES, not SLUICE_RULES_FILE")
 
-// newReloadsCounter is sluice_rules_reloads_total{result}, with both
-// results present from the start.
-func newReloadsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_rules_reloads_total",
-		Help: "Reloads of SLUICE_RULES_FILE (on SIGHUP) by result: ok (the new rules are in force) or error (refused; the running rules stay).",
-	}, []string{"result"})
+// newReloadsCounter registers a counter of reloads by result (name, with
+// help), with both results, ok and error, present from the start.
+func newReloadsCounter(reg prometheus.Registerer, name, help string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"result"})
 	c.WithLabelValues("ok")
 	c.WithLabelValues("error")
 	reg.MustRegister(c)
@@ -85,21 +82,16 @@ func sameRule(a, b *policy.Rule) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// newTLSCollectors registers sluice_tls_reloads_total{result}, with both
-// results present from the start, and sluice_tls_certificate_expiry_seconds,
-// when the certificate in force expires, for an alert before it does.
+// newTLSCollectors registers sluice_tls_reloads_total{result} and
+// sluice_tls_certificate_expiry_seconds, when the certificate in force
+// expires, for an alert before it does.
 func newTLSCollectors(reg prometheus.Registerer, certs *certificates) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_tls_reloads_total",
-		Help: "Reloads of the SLUICE_TLS_* files (on SIGHUP) by result: ok (new handshakes get them) or error (the running certificates stay).",
-	}, []string{"result"})
-	c.WithLabelValues("ok")
-	c.WithLabelValues("error")
-	reg.MustRegister(c, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_tls_certificate_expiry_seconds",
 		Help: "When the TLS certificate in force expires, in Unix seconds.",
 	}, func() float64 { return float64(certs.notAfter().Unix()) }))
-	return c
+	return newReloadsCounter(reg, "sluice_tls_reloads_total",
+		"Reloads of the SLUICE_TLS_* files (on SIGHUP) by result: ok (new handshakes get them) or error (the running certificates stay).")
 }
 
 // reloadTLS reads the TLS files again (see certificates.reload): new
