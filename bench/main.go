@@ -10,6 +10,7 @@
 //	go -C bench run . [-database-url URL] [-redis-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
 //	go -C bench run . soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
 //	go -C bench run . fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-duration 5s]
+//	go -C bench run . proxies [-connections 64] [-callers 64] [-keys 10000] [-duration 3s] [-rounds 3]
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
@@ -70,6 +71,8 @@ func main() {
 		})
 	case len(args) > 0 && args[0] == "fleet": // see fleet.go
 		command("bench fleet", args[1:], parseFleetFlags, runFleet)
+	case len(args) > 0 && args[0] == "proxies": // see proxies.go
+		command("bench proxies", args[1:], parseProxiesFlags, runProxies)
 	default:
 		command("bench", args, parseFlags, func(ctx context.Context, o options) error {
 			return run(ctx, o, os.Stdout, os.Stderr)
