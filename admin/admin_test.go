@@ -195,7 +195,7 @@ func TestAdminErrors(t *testing.T) {
 		{"GET", "/v1/keys", "", "", 400, "query parameter rule is required"},
 		{"GET", "/v1/keys?rule=nope&ip=1.2.3.4", "", "", 404, "no rule named 'nope'"},
 		{"GET", "/v1/keys?rule=login", "", "", 400, "rule 'login' counts by ip: give ip="},
-		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant or header, got ip, email"},
+		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant, header or descriptor, got ip, email"},
 		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
 		{"GET", "/v1/keys?rule=login&email=%EF%BB%BFa@b.c", "", "", 400, "email: holds an invisible format character"},

@@ -148,6 +148,44 @@ func TestDecisionServiceOnly(t *testing.T) {
 	}
 }
 
+// TestDescriptorKeysInTheAdminAPI: the admin API reads, overrides and
+// resets the counter of a descriptor's open values, as the gRPC listener
+// counts it, and refuses a wrong number of values.
+func TestDescriptorKeysInTheAdminAPI(t *testing.T) {
+	env := base()
+	env["SLUICE_RULES"] = "rls-login: * rls:edge by descriptor(generic_key=login,remote_address) 2/1h"
+	env["SLUICE_ADMIN_TOKEN"] = "admin-token"
+	check, rlsAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
+	env["SLUICE_UPSTREAM"], env["SLUICE_CHECK_LISTEN"], env["SLUICE_RLS_LISTEN"] = "", check, rlsAddr
+	_, r, _ := serveGatewayAsync(t, env, Options{Logger: zap.NewNop()})
+	if !proctest.Accepts(rlsAddr, nil, 60*time.Second, 20*time.Millisecond) {
+		t.Fatal("the gRPC listener does not accept")
+	}
+	c := rlsClient(t, rlsAddr, nil)
+	login := descriptorCall("edge", "generic_key", "login", "remote_address", "10.0.0.9")
+	if _, err := c.ShouldRateLimit(context.Background(), login); err != nil {
+		t.Fatal(err)
+	}
+	key := r.admin + "/v1/keys?rule=rls-login&descriptor=10.0.0.9"
+	if code, body := proctest.Call(t, "GET", key, "admin-token", ""); code != 200 || !strings.Contains(body, `"count":1`) {
+		t.Errorf("GET the descriptor's key: %d %s", code, body)
+	}
+	if code, body := proctest.Call(t, "GET", key+"&descriptor=x", "admin-token", ""); code != 400 || !strings.Contains(body, "give descriptor= once for each") {
+		t.Errorf("two values for one open key: %d %s", code, body)
+	}
+	override := r.admin + "/v1/overrides?rule=rls-login&descriptor=10.0.0.9"
+	if code, body := proctest.Call(t, "PUT", override, "admin-token", `{"limit":50,"window":"1h"}`); code != 200 {
+		t.Fatalf("PUT override: %d %s", code, body)
+	}
+	res, err := c.ShouldRateLimit(context.Background(), login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim := res.GetStatuses()[0].GetCurrentLimit(); lim.GetRequestsPerUnit() != 50 || res.GetStatuses()[0].GetLimitRemaining() != 48 {
+		t.Errorf("after the override: %v", res.GetStatuses()[0])
+	}
+}
+
 // gathered is the value of one series of g's metrics, written as in the
 // exposition.
 func gathered(t *testing.T, g *Gateway, series string) float64 {
