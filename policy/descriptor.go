@@ -35,15 +35,7 @@ func (r *Rule) IsRLS() bool { return r.Domain != "" }
 // pattern matches entries (see Rule.MatchesDescriptor), in source order,
 // and returns the extended slice.
 func (p *Policy) MatchDescriptor(domain string, entries []DescriptorEntry, dst []*Rule) []*Rule {
-	if p == nil {
-		return dst
-	}
-	for _, r := range p.rules {
-		if r.MatchesDescriptor(domain, entries) {
-			dst = append(dst, r)
-		}
-	}
-	return dst
+	return p.appendMatching(dst, func(r *Rule) bool { return r.MatchesDescriptor(domain, entries) })
 }
 
 // MatchesDescriptor reports whether r, an rls:DOMAIN rule, applies to a

@@ -56,11 +56,17 @@ func (p *Policy) Lookup(name string) (*Rule, bool) {
 // order, and returns the extended slice. It does not allocate when dst has
 // room for the result.
 func (p *Policy) Match(method, matchPath string, dst []*Rule) []*Rule {
+	return p.appendMatching(dst, func(r *Rule) bool { return r.Matches(method, matchPath) })
+}
+
+// appendMatching appends to dst every rule for which matches holds, in
+// source order. matches does not escape, so a closure costs no allocation.
+func (p *Policy) appendMatching(dst []*Rule, matches func(*Rule) bool) []*Rule {
 	if p == nil {
 		return dst
 	}
 	for _, r := range p.rules {
-		if r.Matches(method, matchPath) {
+		if matches(r) {
 			dst = append(dst, r)
 		}
 	}
