@@ -27,6 +27,10 @@ var layers = map[string][]string{
 	"proxy/identity": {"hashing"},
 	"proxy":          {"hashing", "limiter", "policy", "proxy/identity"},
 	"admin":          {"hashing", "limiter", "policy", "proxy"},
+	// The decision service for other proxies: forward-auth, then Envoy's
+	// rate limit service, both deciding through the proxy's Decider.
+	"check":     {"hashing", "limiter", "policy", "proxy", "proxy/identity"},
+	"check/rls": {"check", "hashing", "limiter", "policy", "proxy", "proxy/identity"},
 	// Serving a small server until a context ends.
 	"internal/httpserve": nil,
 	// Test and measurement support.
@@ -39,7 +43,7 @@ var layers = map[string][]string{
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
 	// The gateway assembles everything; main only dispatches to it.
-	"gateway": {"admin", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+	"gateway": {"admin", "check", "check/rls", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
 	"":        {"gateway"},
 }
 
@@ -51,13 +55,22 @@ var testLayers = map[string][]string{
 	"faults": {"gateway", "internal/pgtest", "internal/proctest", "limiter/postgres"},
 }
 
+// confined are third-party module paths that only the packages named may
+// import: gRPC and Envoy's types belong to Envoy's rate limit service (and
+// the load harness, its client), so that nothing else of the product
+// grows a dependency on them.
+var confined = map[string][]string{
+	"google.golang.org/grpc":                 {"check/rls", "bench"},
+	"github.com/envoyproxy/go-control-plane": {"check/rls", "bench"},
+}
+
 // modules are the directories of sluice's modules: the product, and the
 // load harness (bench/go.mod), which is a module of its own so that its
 // Redis client is none of the product's dependencies.
 var modules = []string{".", "bench"}
 
 // TestLayering checks every package's imports of sluice's own packages,
-// in every module, against layers.
+// in every module, against layers, and the confined third-party ones.
 func TestLayering(t *testing.T) {
 	const module = "github.com/sluicehq/sluice"
 	var out []byte
@@ -90,6 +103,13 @@ func TestLayering(t *testing.T) {
 			continue
 		}
 		check(pkg, "", fields[1:], allowed)
+		for _, imp := range fields[1:] {
+			for prefix, owners := range confined {
+				if (imp == prefix || strings.HasPrefix(imp, prefix+"/")) && !slices.Contains(owners, pkg) {
+					t.Errorf("%q imports %q, which only %q may", pkg, imp, owners)
+				}
+			}
+		}
 		if allowed, ok := testLayers[pkg]; ok {
 			check(pkg, " (its tests)", strings.Fields(tests), allowed)
 		}

@@ -44,7 +44,11 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	}
 	h, _ := hashing.New([]byte("admin-test-key-0123"))
 	upURL, _ := url.Parse(up.URL)
-	p, err := proxy.New(proxy.Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
+	dec, err := proxy.NewDecider(proxy.DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Config{Upstream: upURL, Decider: dec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +195,7 @@ func TestAdminErrors(t *testing.T) {
 		{"GET", "/v1/keys", "", "", 400, "query parameter rule is required"},
 		{"GET", "/v1/keys?rule=nope&ip=1.2.3.4", "", "", 404, "no rule named 'nope'"},
 		{"GET", "/v1/keys?rule=login", "", "", 400, "rule 'login' counts by ip: give ip="},
-		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant or header, got ip, email"},
+		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant, header or descriptor, got ip, email"},
 		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
 		{"GET", "/v1/keys?rule=login&email=%EF%BB%BFa@b.c", "", "", 400, "email: holds an invisible format character"},

@@ -45,7 +45,9 @@ type keysAPI struct {
 // key.
 var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader}
 
-// target resolves ?rule=…&ip=… (or email=, tenant=, header=) to a check.
+// target resolves ?rule=…&ip=… (or email=, tenant=, header=, or
+// descriptor= once for each open value of an rls: rule's descriptor) to a
+// check.
 // A "by global" rule needs no identity. Any identity kind is accepted for
 // any rule, so the IP counters that stand in for a missing identifier can
 // be read and reset too.
@@ -71,9 +73,20 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 			kind, value = k, vs[0]
 		}
 	}
+	// An Envoy descriptor's key: the values its rule leaves open, one
+	// descriptor= each, in the rule's order.
+	descriptor, isDescriptor := q[policy.ByDescriptor.String()]
+	if isDescriptor {
+		given = append(given, policy.ByDescriptor.String())
+		kind, value = policy.ByDescriptor, hashing.JoinValues(descriptor)
+	}
 	switch {
 	case len(given) > 1:
-		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant or header, got " + strings.Join(given, ", ")}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant, header or descriptor, got " + strings.Join(given, ", ")}
+	case isDescriptor && rule.IsRLS() && len(descriptor) != len(rule.DescriptorValues(rule.Descriptor, nil)):
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts the values of descriptor(%s) that it leaves open: give descriptor= once for each, in order", name, rule.Identity.Field)}
+	case isDescriptor:
+		return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
 	case len(given) == 0 && rule.Identity.Kind == policy.ByGlobal:
 		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal.String(), "")}, nil
 	case len(given) == 0:

@@ -57,10 +57,7 @@ const maxFleetKeys = 1 << 17
 func parseFleetFlags(args []string) (fleetOptions, error) {
 	fs := flag.NewFlagSet("bench fleet", flag.ContinueOnError)
 	var o fleetOptions
-	defaultURL := os.Getenv("SLUICE_TEST_DATABASE_URL")
-	if defaultURL == "" {
-		defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	defaultURL := defaultDatabaseURL()
 	var gateways, syncCommit string
 	fs.StringVar(&o.databaseURL, "database-url", defaultURL, "Postgres to measure (default $SLUICE_TEST_DATABASE_URL); the fleet creates and drops a database of its own there")
 	fs.StringVar(&gateways, "gateways", "1,2,4,8", "numbers of gateways to measure, comma-separated")

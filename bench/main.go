@@ -10,6 +10,7 @@
 //	go -C bench run . [-database-url URL] [-redis-url URL] [-connections 64] [-threads 2] [-duration 5s] [-rounds 3] [-warmup 2s]
 //	go -C bench run . soak [-duration 1h] [-rate 2000] [-keys 20000] [-window 1m]
 //	go -C bench run . fleet [-gateways 1,2,4,8] [-callers 64] [-keys 10000] [-hot] [-duration 5s]
+//	go -C bench run . proxies [-connections 64] [-callers 64] [-keys 10000] [-duration 3s] [-rounds 3]
 //
 // Every process it starts, and the database it creates, are removed when
 // it ends, also on failure or Ctrl-C.
@@ -70,6 +71,8 @@ func main() {
 		})
 	case len(args) > 0 && args[0] == "fleet": // see fleet.go
 		command("bench fleet", args[1:], parseFleetFlags, runFleet)
+	case len(args) > 0 && args[0] == "proxies": // see proxies.go
+		command("bench proxies", args[1:], parseProxiesFlags, runProxies)
 	default:
 		command("bench", args, parseFlags, func(ctx context.Context, o options) error {
 			return run(ctx, o, os.Stdout, os.Stderr)
@@ -100,10 +103,7 @@ func command[O any](name string, args []string, parse func([]string) (O, error),
 
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	defaultURL := os.Getenv("SLUICE_TEST_DATABASE_URL")
-	if defaultURL == "" {
-		defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	defaultURL := defaultDatabaseURL()
 	var o options
 	var scen, targets string
 	fs.StringVar(&o.databaseURL, "database-url", defaultURL, "Postgres to benchmark on (default $SLUICE_TEST_DATABASE_URL); the harness creates and drops a database of its own there")
@@ -112,9 +112,7 @@ func parseFlags(args []string) (options, error) {
 		defaultRedis = "redis://127.0.0.1:6379/0"
 	}
 	fs.StringVar(&o.redisURL, "redis-url", defaultRedis, "Redis of the redis target (default $SLUICE_BENCH_REDIS_URL); its keys are deleted at the end")
-	fs.IntVar(&o.load.connections, "connections", 64, "concurrent connections (closed loop)")
-	fs.IntVar(&o.load.threads, "threads", 2, "wrk threads")
-	fs.DurationVar(&o.load.timeout, "request-timeout", 5*time.Second, "wrk's per-request timeout")
+	o.load.flags(fs)
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each measurement")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured load per round, scenario and target")
 	fs.IntVar(&o.rounds, "rounds", 3, "measured runs per scenario and target, taken in turns; the table gives medians")
@@ -134,8 +132,8 @@ func parseFlags(args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.load.connections < o.load.threads || o.load.threads < 1 {
-		return o, errors.New("-connections must be at least -threads, and -threads at least 1 (wrk's rule)")
+	if err := o.load.check(); err != nil {
+		return o, err
 	}
 	if o.duration < time.Second || o.warmup < 0 || o.load.timeout < time.Second || o.rounds < 1 {
 		return o, errors.New("-duration and -request-timeout must be at least 1s, -warmup not negative (wrk counts whole seconds), -rounds at least 1")
@@ -196,11 +194,7 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 			err = fmt.Errorf("stopped (%w): %w", ctx.Err(), err)
 		}
 	}()
-	wrkV, err := wrkVersion()
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "sluice-bench-")
+	wrkV, dir, err := prepareRun("sluice-bench-")
 	if err != nil {
 		return err
 	}
@@ -223,16 +217,11 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 
 	pgVersion := "not used"
 	if slices.Contains(opts.targets, targetPostgres) {
-		if b.db, err = createBenchDB(ctx, opts.databaseURL); err != nil {
+		var drop func() error
+		if b.db, drop, err = openBenchDB(ctx, opts.databaseURL, b.procs); err != nil {
 			return err
 		}
-		defer func() {
-			b.procs.stopAll() // no sluice may still be using the database
-			// The run's context may be what ended it: drop with a fresh one.
-			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			err = errors.Join(err, b.db.drop(dropCtx))
-		}()
+		defer func() { err = errors.Join(err, drop()) }()
 		pgVersion = b.db.version(ctx)
 	}
 
@@ -350,4 +339,14 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%d × %s, %s", runtime.NumCPU(), model, runtime.GOOS)
+}
+
+// prepareRun checks that wrk is there and makes the run's directory: it
+// returns wrk's version and the directory, which the caller removes.
+func prepareRun(prefix string) (wrkV, dir string, err error) {
+	if wrkV, err = wrkVersion(); err != nil {
+		return "", "", err
+	}
+	dir, err = os.MkdirTemp("", prefix)
+	return wrkV, dir, err
 }

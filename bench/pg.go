@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -112,4 +113,31 @@ func (b *benchDB) drop(ctx context.Context) error {
 		return fmt.Errorf("drop database %s: %w", b.name, err)
 	}
 	return nil
+}
+
+// openBenchDB creates the run's database next to the one url names, and
+// returns a function that stops ps's processes (none may still use the
+// database) and drops it.
+func openBenchDB(ctx context.Context, url string, ps *procs) (*benchDB, func() error, error) {
+	db, err := createBenchDB(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, func() error {
+		ps.stopAll()
+		// The run's context may be what ended it: drop with a fresh one.
+		dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return db.drop(dropCtx)
+	}, nil
+}
+
+// defaultDatabaseURL is the -database-url of every command:
+// $SLUICE_TEST_DATABASE_URL, else the development machine's Postgres, as
+// the product's tests use it.
+func defaultDatabaseURL() string {
+	if u := os.Getenv("SLUICE_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }

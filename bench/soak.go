@@ -46,10 +46,7 @@ type soakOptions struct {
 func parseSoakFlags(args []string) (soakOptions, error) {
 	fs := flag.NewFlagSet("bench soak", flag.ContinueOnError)
 	var o soakOptions
-	defaultURL := os.Getenv("SLUICE_TEST_DATABASE_URL")
-	if defaultURL == "" {
-		defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
+	defaultURL := defaultDatabaseURL()
 	fs.StringVar(&o.databaseURL, "database-url", defaultURL, "Postgres to soak on; the soak creates and drops a database of its own there")
 	fs.DurationVar(&o.duration, "duration", time.Hour, "how long to run")
 	fs.IntVar(&o.rate, "rate", 2000, "decisions per second")

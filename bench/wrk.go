@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -119,6 +121,22 @@ func writeScript(dir, name string, m mix) (string, error) {
 type load struct {
 	connections, threads int
 	timeout              time.Duration // per request
+}
+
+// flags registers -connections, -threads and -request-timeout, which set
+// l, on fs.
+func (l *load) flags(fs *flag.FlagSet) {
+	fs.IntVar(&l.connections, "connections", 64, "concurrent connections (closed loop)")
+	fs.IntVar(&l.threads, "threads", 2, "wrk threads")
+	fs.DurationVar(&l.timeout, "request-timeout", 5*time.Second, "wrk's per-request timeout")
+}
+
+// check reports a load wrk would refuse.
+func (l load) check() error {
+	if l.connections < l.threads || l.threads < 1 {
+		return errors.New("-connections must be at least -threads, and -threads at least 1 (wrk's rule)")
+	}
+	return nil
 }
 
 // runWrk drives baseURL with script for d and returns wrk's report. wrk

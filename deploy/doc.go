@@ -2,10 +2,13 @@
 // container image (Dockerfile), a compose file with the scripts of its
 // Postgres primary and synchronous standby, Kubernetes manifests (and an
 // example Postgres cluster), a systemd unit, the database roles,
-// Prometheus alerts and a Grafana dashboard. Its tests build, render,
-// verify or run each of them with the real tool (podman, kustomize,
-// systemd-analyze, psql and PostgreSQL's servers, promtool,
-// docker-compose, shellcheck) and a real sluice.
+// Prometheus alerts, a Grafana dashboard, and the configurations that put
+// sluice behind other proxies as their decision service (nginx, Caddy,
+// Traefik, Envoy). Its tests build, render, verify or run each of them
+// with the real tool (podman, kustomize, systemd-analyze, psql and
+// PostgreSQL's servers, promtool, docker-compose, shellcheck, nginx,
+// caddy; Envoy's configuration with Envoy's own types) and a real sluice;
+// Traefik, which Debian does not package, only has its file checked.
 //
 // A test whose tool is missing is skipped with a message naming the
 // package to install, and fails instead when the CI environment variable

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 type process struct {
 	url, admin string // http://127.0.0.1:port of the public and admin listeners
 	out        *proctest.Buffer
+	stop       func(t testing.TB) // SIGTERM, and wait for the exit
 }
 
 // startSluice runs the built binary with only env (and PATH) as its
@@ -45,13 +47,19 @@ func startSluice(t testing.TB, env map[string]string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { proctest.Stop(cmd, exited, 30*time.Second) })
-	// The admin listener answers at once; the public one opens once the
-	// store is ready (/readyz 200).
+	p.stop = func(testing.TB) { proctest.Stop(cmd, exited, 30*time.Second) }
+	t.Cleanup(func() { p.stop(t) })
+	// The admin listener answers at once; the public one (or, for a
+	// decision service without an upstream, the check or gRPC listener) opens
+	// once the store is ready (/readyz 200).
+	opens := fmt.Sprintf("127.0.0.1:%d", public)
+	if env["SLUICE_UPSTREAM"] == "" {
+		opens = cmp.Or(env["SLUICE_CHECK_LISTEN"], env["SLUICE_RLS_LISTEN"], opens)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if code, _ := httpGet(p.admin + "/readyz"); code == http.StatusOK {
-			if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", public)); err == nil {
+			if c, err := net.Dial("tcp", opens); err == nil {
 				c.Close()
 				return p
 			}
@@ -62,7 +70,7 @@ func startSluice(t testing.TB, env map[string]string) *process {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sluice is not ready (/readyz 200 and the public port open) within 30s\n%s", p.out)
+			t.Fatalf("sluice is not ready (/readyz 200 and %s open) within 30s\n%s", opens, p.out)
 		}
 		time.Sleep(20 * time.Millisecond) // start-up is an external event: poll it
 	}

@@ -17,6 +17,21 @@ func CheckConfig(environ map[string]string, stdout io.Writer) error {
 	if cfg.databaseURL != "" {
 		store = "postgres, schema " + cfg.DBSchema
 	}
-	fmt.Fprintf(stdout, "configuration ok: upstream %s, store %s, %d rules\n\n", cfg.upstream.Redacted(), store, len(cfg.policy.Rules()))
+	serving := "no public listener (decision service only)"
+	if cfg.public() {
+		serving = "upstream " + cfg.upstream.Redacted()
+	}
+	for _, l := range []struct{ what, addr string }{{"forward-auth on", cfg.CheckListen}, {"Envoy rate limit service on", cfg.RLSListen}} {
+		if l.addr != "" {
+			serving += ", " + l.what + " " + l.addr
+		}
+	}
+	if cfg.certs != nil {
+		serving += ", TLS"
+		if cfg.TLSClientCAFile != "" {
+			serving += " with client certificates"
+		}
+	}
+	fmt.Fprintf(stdout, "configuration ok: %s, store %s, %d rules\n\n", serving, store, len(cfg.policy.Rules()))
 	return cfg.policy.WriteTable(stdout)
 }

@@ -30,10 +30,15 @@ import (
 // settings are every variable sluice reads, with its default. Values are
 // validated in one pass by load.
 type settings struct {
-	Upstream          string        `env:"SLUICE_UPSTREAM" help:"required: the default upstream base URL, e.g. http://127.0.0.1:3000"`
+	Upstream          string        `env:"SLUICE_UPSTREAM" help:"the default upstream base URL, e.g. http://127.0.0.1:3000; required unless SLUICE_CHECK_LISTEN or SLUICE_RLS_LISTEN is set (then, without it, no public listener)"`
 	Routes            string        `env:"SLUICE_ROUTES" help:"extra upstreams by path prefix: /billing/=http://billing:8080,/search/=http://search:9200"`
 	Listen            string        `env:"SLUICE_LISTEN" envDefault:":8080" help:"the public listener, host:port"`
 	AdminListen       string        `env:"SLUICE_ADMIN_LISTEN" envDefault:"127.0.0.1:9090" help:"health, metrics and the admin API, host:port; off loopback it needs SLUICE_ADMIN_TOKEN"`
+	CheckListen       string        `env:"SLUICE_CHECK_LISTEN" help:"forward-auth for nginx (auth_request), Traefik and Caddy, host:port; empty: off"`
+	RLSListen         string        `env:"SLUICE_RLS_LISTEN" help:"Envoy's rate limit service over gRPC, host:port; empty: off"`
+	TLSCertFile       string        `env:"SLUICE_TLS_CERT_FILE" help:"PEM certificate chain: TLS (HTTP/2 offered) on the public, check and gRPC listeners; re-read on SIGHUP"`
+	TLSKeyFile        string        `env:"SLUICE_TLS_KEY_FILE" help:"PEM private key of SLUICE_TLS_CERT_FILE"`
+	TLSClientCAFile   string        `env:"SLUICE_TLS_CLIENT_CA_FILE" help:"PEM CA certificates: callers must present a certificate one of them signed (mutual TLS); re-read on SIGHUP"`
 	DatabaseURL       string        `env:"SLUICE_DATABASE_URL" help:"Postgres connection string; empty means the in-memory store (per-instance, not durable)"`
 	DatabaseURLAlt    string        `env:"DATABASE_URL" help:"used when SLUICE_DATABASE_URL is empty"`
 	DBSchema          string        `env:"SLUICE_DB_SCHEMA" envDefault:"sluice" help:"the schema holding sluice's tables and functions (never public)"`
@@ -77,8 +82,13 @@ type config struct {
 	headers        proxy.HeaderFamilies
 	timeouts       proxy.Timeouts
 	logLevel       zapcore.Level
-	hashKeyDerived bool // no SLUICE_HASH_KEY: a random per-process key is used
+	hashKeyDerived bool          // no SLUICE_HASH_KEY: a random per-process key is used
+	certs          *certificates // SLUICE_TLS_*; nil without TLS
 }
+
+// public reports whether the public listener (the proxy) runs: only with
+// an upstream to forward to.
+func (c *config) public() bool { return c.upstream != nil }
 
 // minHashKeyBytes is the shortest SLUICE_HASH_KEY accepted. HMAC keys
 // shorter than 16 bytes make offline guessing of hashed IPs too cheap.
@@ -99,25 +109,42 @@ func load(environ map[string]string) (*config, error) {
 	}
 	c := &config{settings: s}
 
-	if s.Upstream == "" {
-		problems = append(problems, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000")
-	} else if u, err := proxy.ParseUpstream(s.Upstream); err != nil {
-		problems = append(problems, "SLUICE_UPSTREAM: "+err.Error())
-	} else {
-		c.upstream = u
+	switch {
+	case s.Upstream == "" && s.CheckListen == "" && s.RLSListen == "":
+		problems = append(problems, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000, unless sluice only answers other proxies (SLUICE_CHECK_LISTEN, SLUICE_RLS_LISTEN)")
+	case s.Upstream == "":
+		// A decision service only: no public listener.
+		if s.Routes != "" {
+			problems = append(problems, "SLUICE_ROUTES: needs SLUICE_UPSTREAM: without it there is no public listener to route")
+		}
+	default:
+		if u, err := proxy.ParseUpstream(s.Upstream); err != nil {
+			problems = append(problems, "SLUICE_UPSTREAM: "+err.Error())
+		} else {
+			c.upstream = u
+		}
 	}
 	c.routes = parse(&problems, "SLUICE_ROUTES", proxy.ParseRoutes, s.Routes)
 
-	for _, l := range []struct{ name, addr string }{
-		{"SLUICE_LISTEN", s.Listen},
-		{"SLUICE_ADMIN_LISTEN", s.AdminListen},
-	} {
+	listeners := []struct{ name, addr string }{{"SLUICE_ADMIN_LISTEN", s.AdminListen}}
+	if s.Upstream != "" {
+		listeners = append(listeners, struct{ name, addr string }{"SLUICE_LISTEN", s.Listen})
+	}
+	if s.CheckListen != "" {
+		listeners = append(listeners, struct{ name, addr string }{"SLUICE_CHECK_LISTEN", s.CheckListen})
+	}
+	if s.RLSListen != "" {
+		listeners = append(listeners, struct{ name, addr string }{"SLUICE_RLS_LISTEN", s.RLSListen})
+	}
+	for i, l := range listeners {
 		if _, _, err := net.SplitHostPort(l.addr); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: expected host:port such as :8080, got %q", l.name, l.addr))
 		}
-	}
-	if s.Listen == s.AdminListen {
-		problems = append(problems, "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener")
+		for _, prev := range listeners[:i] {
+			if l.addr == prev.addr {
+				problems = append(problems, sameListener(prev.name, l.name))
+			}
+		}
 	}
 	if host, _, err := net.SplitHostPort(s.AdminListen); err == nil && s.AdminToken == "" && !isLoopback(host) {
 		problems = append(problems, fmt.Sprintf("SLUICE_ADMIN_TOKEN: required when SLUICE_ADMIN_LISTEN is not a loopback address (got %q): the admin API would be open to the network", s.AdminListen))
@@ -147,6 +174,7 @@ func load(environ map[string]string) (*config, error) {
 	}
 
 	c.trusted = parse(&problems, "SLUICE_TRUSTED_PROXIES", identity.ParseTrustedProxies, s.TrustedProxies)
+	c.certs = loadTLS(&problems, s)
 
 	switch s.FailMode {
 	case "open":
@@ -212,6 +240,17 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// sameListener is the problem of two listeners given one address.
+func sameListener(first, second string) string {
+	if first == "SLUICE_ADMIN_LISTEN" {
+		if second == "SLUICE_LISTEN" {
+			return "SLUICE_ADMIN_LISTEN: must differ from SLUICE_LISTEN: the admin API is never on the public listener"
+		}
+		return second + ": must differ from SLUICE_ADMIN_LISTEN: the admin API is never on a listener other proxies call"
+	}
+	return second + ": must differ from " + first + ": each listener has an address of its own"
 }
 
 // migrateSettings are the only settings `sluice migrate` reads, with the

@@ -150,7 +150,17 @@ func TestLoadErrors(t *testing.T) {
 		set  map[string]string
 		want string
 	}{
-		{"upstream missing", map[string]string{"SLUICE_UPSTREAM": ""}, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000"},
+		{"upstream missing", map[string]string{"SLUICE_UPSTREAM": ""}, "SLUICE_UPSTREAM: required, e.g. http://127.0.0.1:3000, unless sluice only answers other proxies (SLUICE_CHECK_LISTEN, SLUICE_RLS_LISTEN)"},
+		{"routes without upstream", map[string]string{"SLUICE_UPSTREAM": "", "SLUICE_CHECK_LISTEN": ":9191", "SLUICE_ROUTES": "/b/=http://b"}, "SLUICE_ROUTES: needs SLUICE_UPSTREAM: without it there is no public listener to route"},
+		{"check listen", map[string]string{"SLUICE_CHECK_LISTEN": "9191"}, `SLUICE_CHECK_LISTEN: expected host:port such as :8080, got "9191"`},
+		{"rls listen", map[string]string{"SLUICE_RLS_LISTEN": "localhost"}, `SLUICE_RLS_LISTEN: expected host:port such as :8080, got "localhost"`},
+		{"check on the public listener", map[string]string{"SLUICE_CHECK_LISTEN": ":8080"}, "SLUICE_CHECK_LISTEN: must differ from SLUICE_LISTEN: each listener has an address of its own"},
+		{"rls on the check listener", map[string]string{"SLUICE_CHECK_LISTEN": ":9191", "SLUICE_RLS_LISTEN": ":9191"}, "SLUICE_RLS_LISTEN: must differ from SLUICE_CHECK_LISTEN: each listener has an address of its own"},
+		{"rls on the admin listener", map[string]string{"SLUICE_RLS_LISTEN": "127.0.0.1:9090"}, "SLUICE_RLS_LISTEN: must differ from SLUICE_ADMIN_LISTEN: the admin API is never on a listener other proxies call"},
+		{"tls cert without key", map[string]string{"SLUICE_TLS_CERT_FILE": "/x/cert.pem"}, "SLUICE_TLS_KEY_FILE: required with SLUICE_TLS_CERT_FILE"},
+		{"tls key without cert", map[string]string{"SLUICE_TLS_KEY_FILE": "/x/key.pem"}, "SLUICE_TLS_CERT_FILE: required with SLUICE_TLS_KEY_FILE"},
+		{"tls client CA alone", map[string]string{"SLUICE_TLS_CLIENT_CA_FILE": "/x/ca.pem"}, "SLUICE_TLS_CLIENT_CA_FILE: needs SLUICE_TLS_CERT_FILE and SLUICE_TLS_KEY_FILE: callers are asked for a certificate in a TLS handshake"},
+		{"tls files missing", map[string]string{"SLUICE_TLS_CERT_FILE": "/nonexistent/cert.pem", "SLUICE_TLS_KEY_FILE": "/nonexistent/key.pem"}, "SLUICE_TLS_CERT_FILE and SLUICE_TLS_KEY_FILE: open /nonexistent/cert.pem: no such file or directory"},
 		{"upstream scheme", map[string]string{"SLUICE_UPSTREAM": "ftp://x"}, `SLUICE_UPSTREAM: expected an http:// or https:// URL, got "ftp://x"`},
 		{"upstream host", map[string]string{"SLUICE_UPSTREAM": "http://"}, `SLUICE_UPSTREAM: expected a host in "http://"`},
 		{"upstream query", map[string]string{"SLUICE_UPSTREAM": "http://a/?x=1"}, `SLUICE_UPSTREAM: expected no query, fragment or user info in "http://a/?xxxxx"`},

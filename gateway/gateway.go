@@ -6,8 +6,10 @@
 // every setting (caarlos0/env, one pass, every problem reported);
 // backend.go makes the store the settings ask for (memory or Postgres)
 // with its breaker and background work; gateway.go puts the limiter, the
-// proxy and the admin handler together and runs both listeners until the
-// context ends; reload.go puts a new rules file in force on SIGHUP. The
+// decider, the proxy, forward-auth (check), Envoy's rate limit service
+// (check/rls) and the admin handler together and runs their listeners
+// until the context ends; tls.go reads the TLS files; reload.go puts a new
+// rules file and new TLS files in force on SIGHUP. The
 // commands are serve.go (the gateway), migrate.go, checkconfig.go,
 // version.go, healthcheck.go, demoupstream.go and help.go.
 //
@@ -20,6 +22,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +38,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/check"
+	"github.com/sluicehq/sluice/check/rls"
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
@@ -69,13 +74,16 @@ type Options struct {
 type Gateway struct {
 	cfg      *config
 	log      *zap.Logger
-	public   *http.Server
+	public   *http.Server // nil without SLUICE_UPSTREAM
+	check    *http.Server // nil without SLUICE_CHECK_LISTEN
+	rls      *rls.Server  // nil without SLUICE_RLS_LISTEN
 	admin    *http.Server
 	backend  *backend
-	proxy    *proxy.Proxy
+	dec      *proxy.Decider
 	metrics  *proxy.Metrics
 	registry *prometheus.Registry
 	reloads  *prometheus.CounterVec // sluice_rules_reloads_total
+	tlsLoads *prometheus.CounterVec // sluice_tls_reloads_total
 	runners  []func(context.Context)
 }
 
@@ -166,37 +174,74 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		accessLog = log.Named(accessLoggerName)
 	}
 	g.metrics = proxy.NewMetrics(reg)
-	px, err := proxy.New(proxy.Config{
-		Upstream:     cfg.upstream,
-		Routes:       cfg.routes,
-		Policy:       cfg.policy,
-		Limiter:      lim,
-		Hasher:       hasher,
-		Trusted:      cfg.trusted,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		Headers:      cfg.headers,
-		Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
-		Logger:       log,
-		Metrics:      g.metrics,
-		AccessLog:    accessLog,
+	dec, err := proxy.NewDecider(proxy.DeciderConfig{
+		Policy:    cfg.policy,
+		Limiter:   lim,
+		Hasher:    hasher,
+		Trusted:   cfg.trusted,
+		Headers:   cfg.headers,
+		Metrics:   g.metrics,
+		AccessLog: accessLog,
 	})
 	if err != nil {
 		be.close()
 		return nil, err
 	}
-	g.proxy = px
-	g.reloads = newReloadsCounter(reg)
-	var public http.Handler = px
-	if opts.Wrap != nil {
-		public = opts.Wrap(public)
+	g.dec = dec
+	g.reloads = newReloadsCounter(reg, "sluice_rules_reloads_total",
+		"Reloads of SLUICE_RULES_FILE (on SIGHUP) by result: ok (the new rules are in force) or error (refused; the running rules stay).")
+	if cfg.certs != nil {
+		g.tlsLoads = newTLSCollectors(reg, cfg.certs)
 	}
-	g.public = proxy.NewServer(public, cfg.timeouts)
-	g.public.ErrorLog = zap.NewStdLog(log)
+	if cfg.public() {
+		px, err := proxy.New(proxy.Config{
+			Upstream:     cfg.upstream,
+			Routes:       cfg.routes,
+			Decider:      dec,
+			MaxBodyBytes: cfg.MaxBodyBytes,
+			Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
+			Logger:       log,
+		})
+		if err != nil {
+			be.close()
+			return nil, err
+		}
+		var public http.Handler = px
+		if opts.Wrap != nil {
+			public = opts.Wrap(public)
+		}
+		g.public = proxy.NewServer(public, cfg.timeouts)
+		g.public.ErrorLog = zap.NewStdLog(log)
+	}
+	if cfg.CheckListen != "" {
+		h, err := check.New(dec)
+		if err != nil {
+			be.close()
+			return nil, err
+		}
+		// Answers are small: like the admin listener's, their writes are
+		// bounded even when SLUICE_WRITE_TIMEOUT does not bound the proxy's.
+		g.check = proxy.NewServer(h, adminTimeouts(cfg.timeouts))
+		g.check.ErrorLog = zap.NewStdLog(log)
+	}
+	if cfg.RLSListen != "" {
+		var tlsCfg *tls.Config
+		if cfg.certs != nil {
+			tlsCfg = cfg.certs.serverConfig("h2")
+		}
+		if g.rls, err = rls.New(rls.Config{Decider: dec, TLS: tlsCfg}); err != nil {
+			be.close()
+			return nil, err
+		}
+	}
+	if (cfg.CheckListen != "" || cfg.RLSListen != "") && cfg.TrustedProxies == "" {
+		log.Warn("SLUICE_TRUSTED_PROXIES is empty: X-Forwarded-For from the proxies that ask SLUICE_CHECK_LISTEN is not believed, so every client of one proxy counts as that proxy's address under by-ip rules")
+	}
 	g.admin = proxy.NewServer(admin.NewHandler(admin.Config{
-		Policy: px.Policy, Ready: be.ready, Gatherer: reg,
+		Policy: dec.Policy, Ready: be.ready, Gatherer: reg,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
 	}), adminTimeouts(cfg.timeouts))
-	g.admin.ErrorLog = g.public.ErrorLog
+	g.admin.ErrorLog = zap.NewStdLog(log)
 	return g, nil
 }
 
@@ -215,15 +260,17 @@ func adminTimeouts(t proxy.Timeouts) proxy.Timeouts {
 const adminWriteTimeout = 60 * time.Second
 
 // Run runs the gateway until ctx is cancelled, serving the admin listener
-// on admin and the public listener on what openPublic opens. The admin
-// listener serves at once (health, readiness, metrics); the public
-// listener is opened only once the store is ready, so that the first
-// requests after a start are decided exactly, or after
-// SLUICE_START_TIMEOUT, when it opens anyway and the fail modes decide
-// until the store is ready. On cancellation it stops accepting, lets
-// in-flight requests finish (bounded by shutdownGrace) and stops the
-// background work. SIGHUP reloads the rules (see reload) and never stops
-// it. Run is called once: it releases the store when it returns.
+// on admin, the public listener (when there is an upstream) on what
+// openPublic opens, and the check and gRPC listeners, when they are set,
+// on SLUICE_CHECK_LISTEN and SLUICE_RLS_LISTEN. The admin listener serves
+// at once (health, readiness, metrics); the others are opened only once
+// the store is ready, so that the first requests after a start are
+// decided exactly, or after SLUICE_START_TIMEOUT, when they open anyway
+// and the fail modes decide until the store is ready. On cancellation it
+// stops accepting, lets in-flight requests finish (bounded by
+// shutdownGrace) and stops the background work. SIGHUP reloads the rules
+// and the TLS files (see reload) and never stops it. Run is called once:
+// it releases the store when it returns.
 func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func() (net.Listener, error)) error {
 	defer g.backend.close()
 	hup := make(chan os.Signal, 1)
@@ -236,10 +283,11 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 	}
 	defer func() { stopBG(); wg.Wait() }()
 
-	// Both listeners answer the requests net/http refuses by itself with
-	// problem+json too; the public one counts them among its responses.
+	// The listeners answer the requests net/http refuses by itself with
+	// problem+json too (over plain HTTP: see serveHTTP); the public one
+	// counts them among its responses.
 	admin = proxy.ProblemListener(admin, nil)
-	errc := make(chan error, 2)
+	errc := make(chan error, 4)
 	go func() { errc <- g.admin.Serve(admin) }()
 
 	began := time.Now()
@@ -248,20 +296,18 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 		return errors.Join(g.admin.Close())
 	}
 	if !ready {
-		g.log.Warn("the store is not ready after SLUICE_START_TIMEOUT: opening the public listener anyway; rules apply their fail modes until it is",
+		g.log.Warn("the store is not ready after SLUICE_START_TIMEOUT: opening the listeners anyway; rules apply their fail modes until it is",
 			zap.Duration("start_timeout", g.cfg.StartTimeout))
 	}
-	public, err := openPublic()
+	fields, err := g.serveDeciding(openPublic, errc)
 	if err != nil {
-		g.admin.Close()
-		return fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
+		g.closeAll()
+		return err
 	}
-	public = proxy.ProblemListener(public, g.metrics.CountResponse)
-	go func() { errc <- g.public.Serve(public) }()
-	g.log.Info("sluice started", append(g.backend.desc,
-		zap.String("listen", public.Addr().String()),
+	g.log.Info("sluice started", append(append(g.backend.desc, fields...),
 		zap.String("admin_listen", admin.Addr().String()),
-		zap.Int("rules", len(g.cfg.policy.Rules())),
+		zap.Bool("tls", g.cfg.certs != nil),
+		zap.Int("rules", g.dec.Policy().Len()),
 		zap.Bool("store_ready", ready),
 		zap.Duration("after", time.Since(began)))...)
 
@@ -274,16 +320,95 @@ wait:
 			err = fmt.Errorf("listener stopped: %w", err)
 			break wait
 		case <-hup:
-			g.reload() //nolint:errcheck // reload logs and counts its own failure
+			// Without a rules file, SIGHUP is for the TLS files alone
+			// when there are some: nothing to warn about then.
+			if g.cfg.RulesFile != "" || g.cfg.certs == nil {
+				g.reload() //nolint:errcheck // reload logs and counts its own failure
+			}
+			g.reloadTLS() //nolint:errcheck // likewise
 		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	// In-flight requests finish their decisions and upstream calls on
 	// their own contexts; Shutdown waits for them.
-	err = errors.Join(err, g.public.Shutdown(shutdownCtx), g.admin.Shutdown(shutdownCtx))
+	var stops []error
+	if g.public != nil {
+		stops = append(stops, g.public.Shutdown(shutdownCtx))
+	}
+	if g.check != nil {
+		stops = append(stops, g.check.Shutdown(shutdownCtx))
+	}
+	if g.rls != nil {
+		stops = append(stops, g.rls.Shutdown(shutdownCtx))
+	}
+	err = errors.Join(err, errors.Join(stops...), g.admin.Shutdown(shutdownCtx))
 	g.log.Info("sluice stopped")
 	return err
+}
+
+// serveDeciding opens the listeners that decide — the public one (through
+// openPublic), the check and the gRPC ones — and serves each, sending
+// what Serve returns to errc. It returns their addresses as log fields.
+func (g *Gateway) serveDeciding(openPublic func() (net.Listener, error), errc chan<- error) ([]zap.Field, error) {
+	var fields []zap.Field
+	if g.public != nil {
+		l, err := openPublic()
+		if err != nil {
+			return nil, fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
+		}
+		g.serveHTTP(g.public, l, g.metrics.CountResponse, errc)
+		fields = append(fields, zap.String("listen", l.Addr().String()))
+	}
+	if g.check != nil {
+		l, err := net.Listen("tcp", g.cfg.CheckListen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on SLUICE_CHECK_LISTEN: %w", err)
+		}
+		g.serveHTTP(g.check, l, nil, errc)
+		fields = append(fields, zap.String("check_listen", l.Addr().String()))
+	}
+	if g.rls != nil {
+		l, err := net.Listen("tcp", g.cfg.RLSListen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on SLUICE_RLS_LISTEN: %w", err)
+		}
+		go func() { errc <- g.rls.Serve(l) }()
+		fields = append(fields, zap.String("rls_listen", l.Addr().String()))
+	}
+	return fields, nil
+}
+
+// serveHTTP serves srv on l: over TLS when the TLS files are set, with
+// HTTP/2 offered beside HTTP/1.1; in plain HTTP, the answers net/http
+// gives by itself to requests that do not parse become problem+json (and
+// onStatus, when not nil, is told their status). Over TLS they stay
+// net/http's plain text: rewriting them needs the bytes after
+// encryption, and a wrapped connection would hide the TLS state (and
+// HTTP/2) from net/http.
+func (g *Gateway) serveHTTP(srv *http.Server, l net.Listener, onStatus func(int), errc chan<- error) {
+	if g.cfg.certs != nil {
+		l = tls.NewListener(l, g.cfg.certs.serverConfig("h2", "http/1.1"))
+	} else {
+		l = proxy.ProblemListener(l, onStatus)
+	}
+	go func() { errc <- srv.Serve(l) }()
+}
+
+// closeAll closes every listener at once, after a start that failed.
+func (g *Gateway) closeAll() {
+	g.admin.Close()
+	if g.public != nil {
+		g.public.Close()
+	}
+	if g.check != nil {
+		g.check.Close()
+	}
+	if g.rls != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		g.rls.Shutdown(ctx) //nolint:errcheck // stopping at once is the point
+	}
 }
 
 // Ready reports whether the gateway's store decides: nil, or why not. It

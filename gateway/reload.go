@@ -15,13 +15,10 @@ import (
 // to read again.
 var errNoRulesFile = errors.New("nothing to reload: the rules come from SLUICE_RULES, not SLUICE_RULES_FILE")
 
-// newReloadsCounter is sluice_rules_reloads_total{result}, with both
-// results present from the start.
-func newReloadsCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_rules_reloads_total",
-		Help: "Reloads of SLUICE_RULES_FILE (on SIGHUP) by result: ok (the new rules are in force) or error (refused; the running rules stay).",
-	}, []string{"result"})
+// newReloadsCounter registers a counter of reloads by result (name, with
+// help), with both results, ok and error, present from the start.
+func newReloadsCounter(reg prometheus.Registerer, name, help string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"result"})
 	c.WithLabelValues("ok")
 	c.WithLabelValues("error")
 	reg.MustRegister(c)
@@ -48,8 +45,8 @@ func (g *Gateway) reload() error {
 			zap.String("rules_file", g.cfg.RulesFile), zap.Strings("problems", problems))
 		return err
 	}
-	old := g.proxy.Policy()
-	g.proxy.SetPolicy(pol)
+	old := g.dec.Policy()
+	g.dec.SetPolicy(pol)
 	g.reloads.WithLabelValues("ok").Inc()
 	added, changed, removed := diffRules(old, pol)
 	g.log.Info("rules reloaded", zap.String("rules_file", g.cfg.RulesFile), zap.Int("rules", pol.Len()),
@@ -83,4 +80,35 @@ func sameRule(a, b *policy.Rule) bool {
 	x, y := *a, *b
 	x.Line, y.Line = 0, 0
 	return reflect.DeepEqual(x, y)
+}
+
+// newTLSCollectors registers sluice_tls_reloads_total{result} and
+// sluice_tls_certificate_expiry_seconds, when the certificate in force
+// expires, for an alert before it does.
+func newTLSCollectors(reg prometheus.Registerer, certs *certificates) *prometheus.CounterVec {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_tls_certificate_expiry_seconds",
+		Help: "When the TLS certificate in force expires, in Unix seconds.",
+	}, func() float64 { return float64(certs.notAfter().Unix()) }))
+	return newReloadsCounter(reg, "sluice_tls_reloads_total",
+		"Reloads of the SLUICE_TLS_* files (on SIGHUP) by result: ok (new handshakes get them) or error (the running certificates stay).")
+}
+
+// reloadTLS reads the TLS files again (see certificates.reload): new
+// handshakes get the new certificates, open connections keep theirs. Files
+// that cannot be read or parsed are refused: the running certificates
+// stay, and the problem is logged and counted. Without TLS it does
+// nothing.
+func (g *Gateway) reloadTLS() error {
+	if g.cfg.certs == nil {
+		return nil
+	}
+	if err := g.cfg.certs.reload(); err != nil {
+		g.tlsLoads.WithLabelValues("error").Inc()
+		g.log.Error("TLS files not reloaded: the running certificates stay", zap.Error(err))
+		return err
+	}
+	g.tlsLoads.WithLabelValues("ok").Inc()
+	g.log.Info("TLS files reloaded", zap.Time("not_after", g.cfg.certs.notAfter()))
+	return nil
 }

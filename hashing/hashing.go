@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"hash"
+	"strconv"
 	"sync"
 )
 
@@ -80,4 +81,23 @@ func (h *Hasher) Key(domain, value string) string {
 	}
 	h.pool.Put(st)
 	return key
+}
+
+// JoinValues encodes a list of values as one string that no other list
+// encodes to, for Key: each value is preceded by its length in bytes and
+// a colon. The values of an Envoy rate limit descriptor, which may hold
+// any character (commas, colons, zero bytes), form one key so, and
+// ["a", "b"] never shares a key with ["a,b"] or ["ab"].
+func JoinValues(values []string) string {
+	n := 0
+	for _, v := range values {
+		n += len(v) + 4
+	}
+	b := make([]byte, 0, n)
+	for _, v := range values {
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return string(b)
 }

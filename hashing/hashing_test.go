@@ -365,3 +365,23 @@ func TestCanonicalEmailStableEveryRune(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinValues: distinct lists of values never encode alike, whatever
+// separators or digits they hold.
+func TestJoinValues(t *testing.T) {
+	lists := [][]string{
+		nil, {""}, {"", ""}, {"a"}, {"a", "b"}, {"a,b"}, {"ab"}, {"a", ""}, {"", "a"},
+		{"1:a"}, {"1", "a"}, {"1:a", ""}, {"a\x00b"}, {"a", "\x00b"}, {"10.0.0.1"}, {"login", "10.0.0.1"},
+	}
+	seen := map[string][]string{}
+	for _, l := range lists {
+		j := JoinValues(l)
+		if prev, dup := seen[j]; dup {
+			t.Errorf("JoinValues(%q) = JoinValues(%q) = %q", l, prev, j)
+		}
+		seen[j] = l
+	}
+	if got := JoinValues([]string{"login", "10.0.0.1"}); got != "5:login8:10.0.0.1" {
+		t.Errorf("JoinValues = %q", got)
+	}
+}

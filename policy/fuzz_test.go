@@ -23,6 +23,8 @@ var parseSeeds = []string{
 	"a:b: c d by e f; ;# comment\r\n: by",
 	"t: * /a by ip 1/1000d token burst=3",
 	"p: * /%2500/%25/%C3%A9/\\x by ip 1/1s",
+	"rls-login: * rls:edge by descriptor(generic_key=login,remote_address) 5/1m token fail=closed\nip: * rls:e.2 by descriptor(a=x=y,b) 1/1s shadow",
+	"d: GET rls:a/b by descriptor(k=,=v,(x)) 1/1s; h: * /a by descriptor(k) 1/1s",
 }
 
 func FuzzParse(f *testing.F) {
@@ -87,10 +89,16 @@ func checkRule(t *testing.T, r *Rule) {
 			seen[m] = true
 		}
 	}
-	if !strings.HasPrefix(r.Path, "/") || MatchPath(r.Path) != r.Path || strings.Contains(r.Path, "*") {
+	if r.IsRLS() {
+		checkRLSRule(t, r)
+	} else if !strings.HasPrefix(r.Path, "/") || MatchPath(r.Path) != r.Path || strings.Contains(r.Path, "*") {
 		t.Fatalf("rule %q: path %q not in match form", r.Name, r.Path)
 	}
 	switch r.Identity.Kind {
+	case ByDescriptor:
+		if !r.IsRLS() {
+			t.Fatalf("rule %q: descriptor identity on path %q", r.Name, r.Path)
+		}
 	case ByIP, ByGlobal:
 		if r.Identity.Field != "" {
 			t.Fatalf("rule %q: identity %+v has a field", r.Name, r.Identity)
@@ -291,4 +299,28 @@ func FuzzPathSpellings(f *testing.F) {
 			t.Fatalf("%q is a spelling of %q, but its match form %q does not match rule %q (prefix %v)", spelled, base, m, rule.Path, prefix)
 		}
 	})
+}
+
+// checkRLSRule fails t unless r, an rls:DOMAIN rule, has the invariants
+// of one: no methods or path, a valid domain, and a descriptor pattern of
+// valid keys that its identity's Field spells.
+func checkRLSRule(t *testing.T, r *Rule) {
+	t.Helper()
+	if r.Methods != nil || r.Path != "" || r.Prefix || !validField(r.Domain) || r.Identity.Kind != ByDescriptor || len(r.Descriptor) == 0 {
+		t.Fatalf("rls rule %+v", r)
+	}
+	var spelled []string
+	for _, e := range r.Descriptor {
+		if !validField(e.Key) || strings.ContainsAny(e.Value, "(), \t") {
+			t.Fatalf("rule %q: descriptor entry %+v", r.Name, e)
+		}
+		if e.Value == "" {
+			spelled = append(spelled, e.Key)
+		} else {
+			spelled = append(spelled, e.Key+"="+e.Value)
+		}
+	}
+	if strings.Join(spelled, ",") != r.Identity.Field {
+		t.Fatalf("rule %q: descriptor %+v spelled %q", r.Name, r.Descriptor, r.Identity.Field)
+	}
 }

@@ -155,9 +155,13 @@ func (p *parser) rule(line, column int, fields []string) {
 		rp.problem(`syntax: expected identity and limit after "by", got %q`, strings.Join(rest[by+1:], " "))
 		return
 	}
-	rp.methods(r, rest[0])
-	rp.path(r, rest[1])
-	rp.identity(r, rest[3])
+	if strings.HasPrefix(rest[1], rlsPrefix) {
+		rp.rls(r, rest[0], rest[1], rest[3])
+	} else {
+		rp.methods(r, rest[0])
+		rp.path(r, rest[1])
+		rp.identity(r, rest[3])
+	}
 	limitOK, windowOK := rp.limit(r, rest[4])
 	rp.options(r, rest[5:], limitOK, windowOK)
 	if !rp.failed {
@@ -322,6 +326,8 @@ func (rp *ruleParser) identity(r *Rule, s string) {
 			return
 		}
 		r.Identity = Identity{Kind: ByHeader, Field: textproto.CanonicalMIMEHeaderKey(arg)}
+	case "descriptor":
+		rp.problem(descriptorOnHTTP, s)
 	default:
 		rp.problem(expected, s)
 	}

@@ -221,6 +221,13 @@ func TestParseErrors(t *testing.T) {
 		tests = append(tests, parseErrorCase{"limit " + limit, "login: POST /api/login by ip " + limit,
 			`line 1: rule "login": limit: expected N/window such as 5/15m, got "` + limit + `"`})
 	}
+	expectParseErrors(t, tests)
+}
+
+// expectParseErrors checks that each case's rules fail to parse with
+// exactly its message, each problem a *ParseError.
+func expectParseErrors(t *testing.T, tests []parseErrorCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := Parse(tt.src)
@@ -535,5 +542,70 @@ func TestDefaultBucket(t *testing.T) {
 		if got := DefaultBucket(w); got != time.Duration(want)*time.Second {
 			t.Fatalf("DefaultBucket(%v) = %v, want %ds", w, got, want)
 		}
+	}
+}
+
+// TestParseRLSErrors: rules for Envoy's rate limit service (rls:DOMAIN
+// with descriptor(...)), one message per problem.
+func TestParseRLSErrors(t *testing.T) {
+	const badDescriptor = `identity: expected descriptor(key,key=value,...) on an rls: rule, with keys of [A-Za-z0-9_.-]+ and values without white space, commas or parentheses, got `
+	expectParseErrors(t, []parseErrorCase{
+		{"descriptor on an HTTP rule", "d: POST /api/login by descriptor(generic_key=login) 5/1m",
+			`line 1: rule "d": identity: expected descriptor(...) only on a rule whose path is rls:DOMAIN, got "descriptor(generic_key=login)"`},
+		{"HTTP identity on an rls rule", "d: * rls:edge by ip 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"ip"`},
+		{"methods on an rls rule", "d: POST rls:edge by descriptor(remote_address) 5/1m",
+			`line 1: rule "d": methods: expected * on an rls: rule (descriptors have no method), got "POST"`},
+		{"empty domain", "d: * rls: by descriptor(remote_address) 5/1m",
+			`line 1: rule "d": path: expected rls:DOMAIN with a domain of [A-Za-z0-9_.-]+, got "rls:"`},
+		{"bad domain", "d: * rls:a/b by descriptor(remote_address) 5/1m",
+			`line 1: rule "d": path: expected rls:DOMAIN with a domain of [A-Za-z0-9_.-]+, got "rls:a/b"`},
+		{"no keys", "d: * rls:edge by descriptor() 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"descriptor()"`},
+		{"empty key", "d: * rls:edge by descriptor(a,,b) 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"descriptor(a,,b)"`},
+		{"empty value", "d: * rls:edge by descriptor(generic_key=) 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"descriptor(generic_key=)"`},
+		{"key with a bad character", "d: * rls:edge by descriptor(a:b) 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"descriptor(a:b)"`},
+		{"value with a parenthesis", "d: * rls:edge by descriptor(k=(v)) 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"descriptor(k=(v))"`},
+		{"unclosed", "d: * rls:edge by descriptor(k 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"descriptor(k"`},
+		{"every problem of an rls rule", "d: GET rls:a/b by descriptor 0/1m cost=2",
+			strings.Join([]string{
+				`line 1: rule "d": methods: expected * on an rls: rule (descriptors have no method), got "GET"`,
+				`line 1: rule "d": path: expected rls:DOMAIN with a domain of [A-Za-z0-9_.-]+, got "rls:a/b"`,
+				`line 1: rule "d": ` + badDescriptor + `"descriptor"`,
+				`line 1: rule "d": limit: expected a count from 1 to 1000000000000, got "0/1m"`,
+			}, "\n")},
+	})
+}
+
+// TestParseRLS: an rls:DOMAIN rule keeps its domain and descriptor
+// pattern, takes every option, and prints back as it parses.
+func TestParseRLS(t *testing.T) {
+	p := mustParse(t, `rls-login: * rls:edge by descriptor(generic_key=login,remote_address) 5/1m
+t: * rls:Edge.v2 by descriptor(a=x=y,b,c=/p/q) 10/1h token burst=3 cost=2 shadow fail=closed count=all`)
+	want := rule(1, "rls-login", "*", "", false, Identity{ByDescriptor, "generic_key=login,remote_address"}, 5, time.Minute, func(r *Rule) {
+		r.Domain = "edge"
+		r.Descriptor = []DescriptorEntry{{"generic_key", "login"}, {"remote_address", ""}}
+	})
+	if got := p.Rules()[0]; !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", *got, *want)
+	}
+	r := p.Rules()[1]
+	if r.Domain != "Edge.v2" || !reflect.DeepEqual(r.Descriptor, []DescriptorEntry{{"a", "x=y"}, {"b", ""}, {"c", "/p/q"}}) {
+		t.Errorf("rule t: domain %q, descriptor %+v", r.Domain, r.Descriptor)
+	}
+	for _, r := range p.Rules() {
+		back := mustParse(t, r.String()).Rules()[0]
+		back.Line = r.Line
+		if !reflect.DeepEqual(back, r) {
+			t.Errorf("%q parsed back as %+v, want %+v", r.String(), *back, *r)
+		}
+	}
+	if s := p.Rules()[0].String(); s != "rls-login: * rls:edge by descriptor(generic_key=login,remote_address) 5/1m" {
+		t.Errorf("String() = %q", s)
 	}
 }

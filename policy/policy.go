@@ -56,11 +56,17 @@ func (p *Policy) Lookup(name string) (*Rule, bool) {
 // order, and returns the extended slice. It does not allocate when dst has
 // room for the result.
 func (p *Policy) Match(method, matchPath string, dst []*Rule) []*Rule {
+	return p.appendMatching(dst, func(r *Rule) bool { return r.Matches(method, matchPath) })
+}
+
+// appendMatching appends to dst every rule for which matches holds, in
+// source order. matches does not escape, so a closure costs no allocation.
+func (p *Policy) appendMatching(dst []*Rule, matches func(*Rule) bool) []*Rule {
 	if p == nil {
 		return dst
 	}
 	for _, r := range p.rules {
-		if r.Matches(method, matchPath) {
+		if matches(r) {
 			dst = append(dst, r)
 		}
 	}
@@ -140,6 +146,8 @@ func (r *Rule) matchesMethod(method string) bool {
 
 func (r *Rule) matchesPath(p string) bool {
 	switch {
+	case r.IsRLS(): // descriptors only
+		return false
 	case r.Prefix && r.Path == "/":
 		return strings.HasPrefix(p, "/")
 	case !strings.HasPrefix(p, r.Path):
@@ -177,6 +185,9 @@ func (r *Rule) MethodString() string {
 // meaning to percent-encoded, and "/*" after a prefix rule's path. Parsing
 // it gives the rule's path again.
 func (r *Rule) PathString() string {
+	if r.IsRLS() {
+		return rlsPrefix + r.Domain
+	}
 	var b strings.Builder
 	for i := 0; i < len(r.Path); i++ {
 		c := r.Path[i]
@@ -199,12 +210,13 @@ func (r *Rule) PathString() string {
 
 // String returns the identity as written in the rule language, leaving out
 // default arguments: "ip", "email", "email(login)", "tenant",
-// "tenant(X-Org)", "header(X-Api-Key)" or "global".
+// "tenant(X-Org)", "header(X-Api-Key)", "global" or
+// "descriptor(generic_key=login,remote_address)".
 func (id Identity) String() string {
 	switch {
 	case id.Kind == ByEmail && id.Field != defaultEmailField,
 		id.Kind == ByTenant && id.Field != defaultTenantHeader,
-		id.Kind == ByHeader:
+		id.Kind == ByHeader, id.Kind == ByDescriptor:
 		return id.Kind.String() + "(" + id.Field + ")"
 	}
 	return id.Kind.String()

@@ -290,3 +290,57 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestMatchDescriptor: rls:DOMAIN rules match descriptors of their domain
+// with exactly their keys in order and their fixed values, never HTTP
+// requests; HTTP rules never match descriptors.
+func TestMatchDescriptor(t *testing.T) {
+	p, err := Parse(`
+login:  * rls:edge by descriptor(generic_key=login,remote_address) 5/1m
+ip:     * rls:edge by descriptor(remote_address) 100/1m
+other:  * rls:api  by descriptor(remote_address) 100/1m
+root:   * /*       by global 5000/1m
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type e = DescriptorEntry
+	tests := []struct {
+		domain  string
+		entries []e
+		want    []string
+		values  []string // the counted values of the first rule matched
+	}{
+		{"edge", []e{{"generic_key", "login"}, {"remote_address", "10.0.0.1"}}, []string{"login"}, []string{"10.0.0.1"}},
+		{"edge", []e{{"generic_key", "signup"}, {"remote_address", "10.0.0.1"}}, nil, nil},
+		{"edge", []e{{"remote_address", "10.0.0.1"}, {"generic_key", "login"}}, nil, nil}, // order matters
+		{"edge", []e{{"generic_key", "login"}}, nil, nil},
+		{"edge", []e{{"generic_key", "login"}, {"remote_address", "1"}, {"x", "y"}}, nil, nil},
+		{"edge", []e{{"remote_address", "10.0.0.1"}}, []string{"ip"}, []string{"10.0.0.1"}},
+		{"api", []e{{"remote_address", "10.0.0.1"}}, []string{"other"}, []string{"10.0.0.1"}},
+		{"EDGE", []e{{"remote_address", "10.0.0.1"}}, nil, nil},
+		{"", nil, nil, nil},
+	}
+	for _, tt := range tests {
+		got := p.MatchDescriptor(tt.domain, tt.entries, nil)
+		if !slices.Equal(names(got), tt.want) {
+			t.Errorf("MatchDescriptor(%q, %v) = %v, want %v", tt.domain, tt.entries, names(got), tt.want)
+		}
+		if len(got) > 0 {
+			if v := got[0].DescriptorValues(tt.entries, nil); !slices.Equal(v, tt.values) {
+				t.Errorf("DescriptorValues(%v) = %q, want %q", tt.entries, v, tt.values)
+			}
+		}
+	}
+	for _, path := range []string{"/", "/rls:edge", "/edge", ""} {
+		if got := p.Match("GET", path, nil); !slices.Equal(names(got), []string{"root"}) && path != "" {
+			t.Errorf("Match(GET, %q) = %v, want only the HTTP rule", path, names(got))
+		}
+		if p.MethodMatters("GET", path) {
+			t.Errorf("MethodMatters(GET, %q): an rls rule took part", path)
+		}
+	}
+	if got := p.MatchAny([]string{"GET", "POST"}, "/x", nil); !slices.Equal(names(got), []string{"root"}) {
+		t.Errorf("MatchAny = %v, want only the HTTP rule", names(got))
+	}
+}

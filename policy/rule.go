@@ -85,6 +85,10 @@ const (
 	ByHeader
 	// ByGlobal counts every request under one key ("by global").
 	ByGlobal
+	// ByDescriptor counts by the values of an Envoy rate limit descriptor
+	// that the rule's pattern leaves open ("by descriptor(k1,k2=v)", on
+	// an rls:DOMAIN rule only); Identity.Field is the pattern as written.
+	ByDescriptor
 )
 
 func (k IdentityKind) String() string {
@@ -99,6 +103,8 @@ func (k IdentityKind) String() string {
 		return "header"
 	case ByGlobal:
 		return "global"
+	case ByDescriptor:
+		return "descriptor"
 	}
 	return "unknown"
 }
@@ -108,7 +114,8 @@ type Identity struct {
 	Kind IdentityKind
 	// Field is the body or query field for ByEmail (default "email") and
 	// the canonical header name for ByTenant (default "X-Tenant-Id") and
-	// ByHeader. It is empty for ByIP and ByGlobal.
+	// ByHeader, and the pattern as written for ByDescriptor ("k1,k2=v").
+	// It is empty for ByIP and ByGlobal.
 	Field string
 }
 
@@ -133,4 +140,11 @@ type Rule struct {
 	Shadow    bool
 	Cost      int64 // tokens one request consumes, at least 1
 	CountAll  bool  // denied requests are counted too
+
+	// Domain is the Envoy rate limit domain of a rule whose path is
+	// rls:DOMAIN (see IsRLS); Path is then empty. Empty for HTTP rules.
+	Domain string
+	// Descriptor is the descriptor(...) pattern of an rls: rule, in order
+	// (see MatchesDescriptor); nil for HTTP rules.
+	Descriptor []DescriptorEntry
 }

@@ -4,17 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"go.uber.org/zap"
-)
-
-// Outcomes of a request as the access log names them.
-const (
-	outcomeAllowed     = "allowed"     // decided and forwarded
-	outcomeLimited     = "limited"     // 429
-	outcomeUnavailable = "unavailable" // 503: a fail=closed rule could not be decided
-	outcomeNoRule      = "no_rule"     // no rule matched; forwarded
-	outcomeRejected    = "rejected"    // 400 or 413 before any decision
 )
 
 // keyPrefixLen is how much of a hashed key the access log shows: enough
@@ -48,7 +37,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // observing reports whether requests are followed to their end: for the
 // responses metric or the access log.
-func (p *Proxy) observing() bool { return p.cfg.Metrics != nil || p.cfg.AccessLog != nil }
+func (p *Proxy) observing() bool { return p.dec.observing() }
 
 // finish counts the response of a request and writes its access log line.
 // began is when ServeHTTP started; st holds what it found out.
@@ -57,37 +46,10 @@ func (p *Proxy) finish(r *http.Request, st *requestState, began time.Time) {
 	if code == 0 { // a handler that wrote nothing sent 200
 		code = http.StatusOK
 	}
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.CountResponse(code)
+	if m := p.dec.cfg.Metrics; m != nil {
+		m.CountResponse(code)
 	}
-	if p.cfg.AccessLog == nil {
-		return
-	}
-	rules := make([]string, len(st.checks))
-	keys := make([]string, len(st.checks))
-	for i, c := range st.checks {
-		rules[i] = c.Rule.Name
-		keys[i] = c.Key[:min(len(c.Key), keyPrefixLen)]
-	}
-	if len(st.checks) == 0 { // rejected before its keys were worked out
-		for _, rule := range st.rules {
-			rules = append(rules, rule.Name)
-		}
-	}
-	fields := make([]zap.Field, 0, 8)
-	fields = append(fields,
-		zap.String("method", r.Method),
-		zap.String("path", st.path),
-		zap.Strings("rules", rules),
-		zap.Strings("keys", keys),
-		zap.String("outcome", st.verdict),
-		zap.Int("status", code),
-		zap.Float64("duration_ms", float64(time.Since(began).Microseconds())/1000),
-	)
-	if st.upstream > 0 {
-		fields = append(fields, zap.Float64("upstream_ms", float64(st.upstream.Microseconds())/1000))
-	}
-	p.cfg.AccessLog.Info("request", fields...)
+	p.dec.Finish(ListenerPublic, r.Method, &st.Decision, code, time.Since(began), st.upstream)
 }
 
 // CountResponse counts one response of the public listener by status:

@@ -22,7 +22,7 @@ import (
 
 // benchProxy returns a Proxy for rules on memory stores, in front of an
 // upstream that reads every body, as a real one would, and answers "ok".
-func benchProxy(b *testing.B, rules string, opts ...func(*Config)) *Proxy {
+func benchProxy(b *testing.B, rules string, opts ...func(*DeciderConfig)) *Proxy {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
@@ -35,11 +35,15 @@ func benchProxy(b *testing.B, rules string, opts ...func(*Config)) *Proxy {
 	lim, _ := limiter.New(limiter.Config{Store: memory.New(memory.Options{}), Local: memory.New(memory.Options{}), Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000})
 	h, _ := hashing.New([]byte("bench-key-0123456789"))
 	upURL, _ := url.Parse(up.URL)
-	cfg := Config{Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}}
+	cfg := DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Headers: HeaderFamilies{IETF: true, X: true}}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	p, err := New(cfg)
+	dec, err := NewDecider(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := New(Config{Upstream: upURL, Decider: dec})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,8 +53,8 @@ func benchProxy(b *testing.B, rules string, opts ...func(*Config)) *Proxy {
 // withAccessLog gives the proxy its responses metric and, when on, an
 // access log that zap's production encoder writes as JSON to a discarding
 // writer, so that the cost of a log destination is left out.
-func withAccessLog(on bool) func(*Config) {
-	return func(c *Config) {
+func withAccessLog(on bool) func(*DeciderConfig) {
+	return func(c *DeciderConfig) {
 		c.Metrics = NewMetrics(prometheus.NewRegistry())
 		if on {
 			enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
@@ -140,10 +144,10 @@ func BenchmarkAccessLogLine(b *testing.B) {
 		b.Run(onOff(log), func(b *testing.B) {
 			p := benchProxy(b, "login: POST /api/login by ip 10/1h; all: * /api/* by global 10/1h", withAccessLog(log))
 			req := httptest.NewRequest("POST", "/api/login", nil)
-			st := &requestState{path: "/api/login", verdict: outcomeAllowed, upstream: time.Millisecond}
+			st := &requestState{Decision: Decision{Path: "/api/login", Verdict: OutcomeAllowed}, upstream: time.Millisecond}
 			st.w.code = 200
 			for _, r := range p.Policy().Rules() {
-				st.checks = append(st.checks, limiter.Check{Rule: r, Key: "5opSrQ_Sz3pYk2Nq8LwR0vX1aB4cD6eF7gH9iJ0kL2m"})
+				st.Checks = append(st.Checks, limiter.Check{Rule: r, Key: "5opSrQ_Sz3pYk2Nq8LwR0vX1aB4cD6eF7gH9iJ0kL2m"})
 			}
 			began := time.Now()
 			b.ReportAllocs()

@@ -16,62 +16,46 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/sluice/hashing"
-	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy/identity"
 )
 
-// Config configures a Proxy. Upstream, Policy, Limiter and Hasher are
-// required; every other field has a working zero value.
+// Config configures a Proxy. Upstream and Decider are required; every
+// other field has a working zero value.
 type Config struct {
 	Upstream *url.URL
 	Routes   []Route // longest prefix first, as ParseRoutes returns them
-	// Policy is the rules to start with; SetPolicy replaces them.
-	Policy  *policy.Policy
-	Limiter *limiter.Limiter
-	Hasher  *hashing.Hasher
-	// Trusted lists the proxies whose X-Forwarded-For is believed.
-	Trusted identity.TrustedProxies
+	// Decider decides: the rules, identities, limiter, rate-limit headers,
+	// metrics and access log, shared with the other listeners that decide
+	// (forward-auth, Envoy's rate limit service).
+	Decider *Decider
 	// MaxBodyBytes bounds the request bodies that are buffered whole
 	// before they are forwarded: larger ones get 413 on routes whose rules
 	// read the body, and are streamed elsewhere. Zero means 64 KiB.
 	MaxBodyBytes int64
-	Headers      HeaderFamilies
 	// Transport reaches the upstreams; nil means
 	// NewTransport(DefaultTimeouts().Upstream).
 	Transport http.RoundTripper
 	Logger    *zap.Logger // nil means no logging
-	Metrics   *Metrics    // nil means no metrics
-	// AccessLog receives one INFO line per request (see finish): method,
-	// canonical path, matched rules, hashed key prefixes, outcome, status
-	// and durations, never a raw identifier or the query string. Nil turns
-	// the access log off.
-	AccessLog *zap.Logger
 }
 
 // Proxy is the gateway's public handler. It is safe for concurrent use.
 type Proxy struct {
 	cfg     Config
-	policy  atomic.Pointer[policy.Policy] // the rules in force
-	rp      *httputil.ReverseProxy        // for requests a rule matched
-	plain   *httputil.ReverseProxy        // for the rest: the upstream's headers pass untouched
+	dec     *Decider
+	rp      *httputil.ReverseProxy // for requests a rule matched
+	plain   *httputil.ReverseProxy // for the rest: the upstream's headers pass untouched
 	log     *zap.Logger
-	global  string // the key every "by global" rule counts
 	states  sync.Pool
 	bodies  *bodyPool
 	upNames []string // metric label per route, then the default upstream
@@ -80,22 +64,17 @@ type Proxy struct {
 // requestState holds the per-request scratch space, pooled so a decision
 // allocates as little as possible.
 type requestState struct {
-	rules   []*policy.Rule
-	checks  []limiter.Check
-	outcome limiter.Outcome
-	ident   identity.Request
+	Decision
 
 	// For the responses metric and the access log.
 	w        statusWriter
-	path     string        // the canonical path, once known
-	verdict  string        // the access log's outcome
 	upstream time.Duration // time spent forwarding
 }
 
 // New returns a Proxy for cfg.
 func New(cfg Config) (*Proxy, error) {
-	if cfg.Upstream == nil || cfg.Policy == nil || cfg.Limiter == nil || cfg.Hasher == nil {
-		return nil, errors.New("proxy: Upstream, Policy, Limiter and Hasher are required")
+	if cfg.Upstream == nil || cfg.Decider == nil {
+		return nil, errors.New("proxy: Upstream and Decider are required")
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 10
@@ -108,19 +87,18 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{
 		cfg:    cfg,
+		dec:    cfg.Decider,
 		log:    cfg.Logger,
-		global: cfg.Hasher.Key(policy.ByGlobal.String(), ""),
 		bodies: newBodyPool(cfg.MaxBodyBytes),
 	}
-	p.policy.Store(cfg.Policy)
 	p.states.New = func() any { return new(requestState) }
 	for _, r := range cfg.Routes {
 		p.upNames = append(p.upNames, r.Prefix)
 	}
 	p.upNames = append(p.upNames, "default")
-	if cfg.Metrics != nil {
+	if m := p.dec.cfg.Metrics; m != nil {
 		for _, name := range p.upNames { // every series exists from the start
-			cfg.Metrics.upstream.WithLabelValues(name)
+			m.upstream.WithLabelValues(name)
 		}
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -138,13 +116,15 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Policy returns the rules in force.
-func (p *Proxy) Policy() *policy.Policy { return p.policy.Load() }
+// Decider returns the proxy's decider, to share with the other listeners.
+func (p *Proxy) Decider() *Decider { return p.dec }
 
-// SetPolicy puts pol in force for the requests that arrive from now on. A
-// request already being served finishes under the rules it started with:
-// each request reads the rules once. pol must not be nil.
-func (p *Proxy) SetPolicy(pol *policy.Policy) { p.policy.Store(pol) }
+// Policy returns the rules in force.
+func (p *Proxy) Policy() *policy.Policy { return p.dec.Policy() }
+
+// SetPolicy puts pol in force (see Decider.SetPolicy), on every listener
+// that shares the proxy's decider.
+func (p *Proxy) SetPolicy(pol *policy.Policy) { p.dec.SetPolicy(pol) }
 
 // ServeHTTP decides r against every matching rule and forwards it or
 // answers it.
@@ -156,55 +136,36 @@ func (p *Proxy) SetPolicy(pol *policy.Policy) { p.policy.Store(pol) }
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := p.states.Get().(*requestState)
 	defer func() {
-		clear(st.checks)
-		clear(st.rules)
-		st.checks, st.rules = st.checks[:0], st.rules[:0]
-		st.ident.Reset("", nil, nil, false)
+		st.reset()
 		st.w = statusWriter{}
-		st.path, st.verdict, st.upstream = "", "", 0
+		st.upstream = 0
 		p.states.Put(st)
 	}()
+	x := &st.Decision
+	x.Verdict = OutcomeRejected
 	if p.observing() {
 		began := time.Now()
 		st.w.ResponseWriter = w
 		w = &st.w
-		st.verdict = outcomeRejected
 		defer p.finish(r, st, began)
 	}
 
-	canonical, err := policy.CanonicalPath(r.URL.EscapedPath())
-	if err != nil {
-		WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
+	if prob := p.dec.Begin(x, r.Method, r.URL.EscapedPath(), r.RemoteAddr, r.Header); prob != nil {
+		WriteProblem(w, *prob)
 		return
 	}
-	st.path = canonical
-	removeHopByHop(r.Header)
-	// The client IP is read before the forwarding headers are stripped;
-	// from here on, the only forwarding header is the one sluice sets.
-	client := p.cfg.Trusted.ClientIP(r.RemoteAddr, r.Header)
-	stripClientHeaders(r.Header)
-	r.Header["X-Forwarded-For"] = []string{client.String()}
-	if canonical != r.URL.EscapedPath() {
-		unescaped, err := url.PathUnescape(canonical)
+	// From here on, the only forwarding header is the one sluice sets.
+	r.Header["X-Forwarded-For"] = []string{x.Client.String()}
+	if x.Path != r.URL.EscapedPath() {
+		unescaped, err := url.PathUnescape(x.Path)
 		if err != nil { // CanonicalPath only leaves valid escapes
 			panic(err)
 		}
-		r.URL.Path, r.URL.RawPath = unescaped, canonical
+		r.URL.Path, r.URL.RawPath = unescaped, x.Path
 	}
-	match := policy.MatchPath(canonical)
-	rules := p.policy.Load()
-	// Methods are case-sensitive on the wire, but some frameworks
-	// upper-case them; matching upper-case means "post" cannot slip past a
-	// POST rule. The request is forwarded with the method as sent.
-	method := upperMethod(r.Method)
-	st.rules = rules.Match(method, match, st.rules[:0])
-	// A "_method" field can only matter where some rule applies to the
-	// path under another method; only then is it read.
-	override := rules.MethodMatters(method, match)
+	// The request is forwarded with the method as sent.
 	contentType := r.Header["Content-Type"]
-	need := needsBody(st.rules) || override && identity.ReadsBody(contentType)
-
-	body, err := p.bufferBody(r, need)
+	body, err := p.bufferBody(r, x.needsBody(contentType))
 	if err != nil {
 		if errors.Is(err, errBodyTooLarge) {
 			WriteProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Detail: "request body is larger than " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes"})
@@ -221,142 +182,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if r.ContentLength > 0 {
 		streamed = true // over the limit on a route that does not need it
 	}
-	st.ident.Reset(r.URL.RawQuery, contentType, buffered, streamed)
+	x.Ident.Reset(r.URL.RawQuery, contentType, buffered, streamed)
 
-	if override {
-		m, err := st.ident.Method()
-		if err != nil {
-			WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: err.Error()})
-			return
-		}
-		if m != "" && m != method {
-			methods := [2]string{method, m}
-			st.rules = rules.MatchAny(methods[:], match, st.rules[:0])
-		}
-	}
-	if len(st.rules) == 0 {
-		st.verdict = outcomeNoRule
-		st.upstream = p.forward(w, r, match, p.plain)
+	if prob := p.dec.Methods(x); prob != nil {
+		WriteProblem(w, *prob)
 		return
 	}
-
-	ipKey := ""
-	for _, rule := range st.rules {
-		key, err := p.key(r, &st.ident, rule, client, &ipKey)
-		if err != nil {
-			WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "rule '" + rule.Name + "': " + err.Error()})
-			return
-		}
-		st.checks = append(st.checks, limiter.Check{Rule: rule, Key: key})
+	if len(x.Rules) == 0 {
+		x.Verdict = OutcomeNoRule
+		st.upstream = p.forward(w, r, x.match, p.plain)
+		return
 	}
-
-	out := &st.outcome
-	p.cfg.Limiter.DecideInto(r.Context(), st.checks, out)
-	switch {
-	case out.Unavailable:
-		st.verdict = outcomeUnavailable
-		p.unavailable(w, out)
-	case !out.Allowed:
-		st.verdict = outcomeLimited
-		p.tooMany(w, st.checks, out)
-	default:
-		st.verdict = outcomeAllowed
-		if i := out.Primary(st.checks); i >= 0 {
-			res := &out.Results[i]
-			p.cfg.Headers.set(w.Header(), quota{
-				rule:      st.checks[i].Rule.Name,
-				limit:     res.Limit,
-				window:    res.Window,
-				remaining: res.Remaining,
-				resetIn:   CeilSeconds(res.ResetAfter),
-				resetAt:   CeilUnix(res.Reset),
-			})
-		}
-		st.upstream = p.forward(w, r, match, p.rp)
+	if prob := p.dec.Keys(x, r.Header, false); prob != nil {
+		WriteProblem(w, *prob)
+		return
 	}
-}
-
-// key returns the hashed identity that rule counts r by. A rule whose
-// identifier is absent counts the client IP instead, so leaving the
-// identifier out never escapes the limit.
-func (p *Proxy) key(r *http.Request, ident *identity.Request, rule *policy.Rule, client netip.Addr, ipKey *string) (string, error) {
-	var (
-		value string
-		found bool
-		err   error
-	)
-	switch rule.Identity.Kind {
-	case policy.ByGlobal:
-		return p.global, nil
-	case policy.ByEmail:
-		value, found, err = ident.Email(rule.Identity.Field)
-	case policy.ByTenant, policy.ByHeader:
-		value, found, err = identity.Header(r.Header, rule.Identity.Field)
+	p.dec.Decide(r.Context(), x)
+	if p.dec.Answer(w, x, 0) == 0 {
+		st.upstream = p.forward(w, r, x.match, p.rp)
 	}
-	if err != nil {
-		return "", err
-	}
-	if found {
-		return p.cfg.Hasher.Key(rule.Identity.Kind.String(), value), nil
-	}
-	if *ipKey == "" {
-		*ipKey = p.cfg.Hasher.Key(policy.ByIP.String(), hashing.IPGroup(client))
-	}
-	return *ipKey, nil
 }
 
 // needsBody reports whether any rule reads its identifier from the body.
 func needsBody(rules []*policy.Rule) bool {
 	return slices.ContainsFunc(rules, func(r *policy.Rule) bool { return r.Identity.Kind == policy.ByEmail })
-}
-
-// tooMany answers 429 for the denying rule with the longest wait.
-func (p *Proxy) tooMany(w http.ResponseWriter, checks []limiter.Check, out *limiter.Outcome) {
-	var violated []string
-	for i := range checks {
-		if out.Denied(checks, i) {
-			violated = append(violated, checks[i].Rule.Name)
-		}
-	}
-	worst := out.Primary(checks)
-	if worst < 0 { // a denial always has a denying rule; never answer without one
-		worst = 0
-	}
-	if len(violated) == 0 {
-		violated = []string{checks[worst].Rule.Name}
-	}
-	res := &out.Results[worst]
-	retry := max(CeilSeconds(res.RetryAfter), 1)
-	name := checks[worst].Rule.Name
-	h := w.Header()
-	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
-	p.cfg.Headers.set(h, quota{
-		rule:      name,
-		limit:     res.Limit,
-		window:    res.Window,
-		remaining: 0,
-		resetIn:   retry,
-		// The store's clock at the decision, plus the wait.
-		resetAt: CeilUnix(res.Reset.Add(-res.ResetAfter).Add(time.Duration(retry) * time.Second)),
-	})
-	WriteProblem(w, Problem{
-		Type:             quotaExceededType,
-		Status:           http.StatusTooManyRequests,
-		Detail:           fmt.Sprintf("rate limit '%s' exceeded, retry in %d s", name, retry),
-		ViolatedPolicies: violated,
-		RetryAfter:       retry,
-	})
-}
-
-// unavailable answers 503 when a fail=closed rule could not be decided.
-func (p *Proxy) unavailable(w http.ResponseWriter, out *limiter.Outcome) {
-	retry := max(CeilSeconds(out.RetryAfter), 1)
-	w.Header()["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
-	WriteProblem(w, Problem{
-		Status:     http.StatusServiceUnavailable,
-		Detail:     "the rate limiter cannot decide right now; retry shortly",
-		RetryAfter: retry,
-	})
 }
 
 // forward sends r to its upstream and returns how long that took.
@@ -368,8 +217,8 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, match string, rp
 	}
 	rp.ServeHTTP(w, r)
 	took := time.Since(start)
-	if p.cfg.Metrics != nil {
-		p.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(took.Seconds())
+	if p.dec.cfg.Metrics != nil {
+		p.dec.cfg.Metrics.upstream.WithLabelValues(p.upNames[i]).Observe(took.Seconds())
 	}
 	return took
 }
@@ -406,7 +255,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // modifyResponse drops an upstream's own rate-limit headers from responses
 // to requests a rule matched, so a client never sees two answers.
 func (p *Proxy) modifyResponse(res *http.Response) error {
-	if p.cfg.Headers.IETF || p.cfg.Headers.X {
+	if p.dec.cfg.Headers.IETF || p.dec.cfg.Headers.X {
 		for _, h := range rateLimitHeaders {
 			delete(res.Header, h)
 		}

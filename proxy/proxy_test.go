@@ -152,10 +152,11 @@ func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGa
 		t.Fatal(err)
 	}
 	upURL, _ := url.Parse(up.URL)
-	p, err := New(Config{
-		Upstream: upURL, Policy: pol, Limiter: lim, Hasher: h,
-		Trusted: tp, MaxBodyBytes: o.maxBody, Headers: hf,
-	})
+	dec, err := NewDecider(DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Trusted: tp, Headers: hf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Upstream: upURL, Decider: dec, MaxBodyBytes: o.maxBody})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,13 +122,15 @@ func (r *Request) Email(field string) (string, bool, error) {
 // beside a query that carries it), and a value that is not a method name
 // (an RFC 9110 token) is an *Error as well.
 func (r *Request) Method() (string, error) {
-	m, _, err := r.field(MethodField, canonicalMethod)
+	m, _, err := r.field(MethodField, CanonicalMethod)
 	return m, err
 }
 
-// canonicalMethod trims v and upper-cases it, as Rails and Symfony do
-// before they use it.
-func canonicalMethod(v string) (string, error) {
+// CanonicalMethod trims v and upper-cases it, as Rails and Symfony do
+// before they use it. A value that is not a method name (an RFC 9110
+// token) once trimmed, or that holds a control or format character, is an
+// *Error.
+func CanonicalMethod(v string) (string, error) {
 	v, err := hashing.CanonicalText(v)
 	if err != nil {
 		return "", err
