@@ -116,6 +116,12 @@ type Config struct {
 	// Breaker guards the store (a *CircuitBreaker in production). Nil
 	// means the store is always called, however often it fails.
 	Breaker Breaker
+	// Denied is called with every check whose own verdict was to deny
+	// (a shadow check's too), whoever decided it: the store, the fast
+	// path or the fail=local fallback. It is called on the decision's
+	// goroutine, so it must be quick and safe for simultaneous use (the
+	// admin console's count of the most limited keys). Nil calls nothing.
+	Denied func(Check)
 }
 
 // Limiter decides requests against a Store, with the over-limit fast path
@@ -131,6 +137,7 @@ type Limiter struct {
 	metrics     *Metrics
 	log         *zap.Logger
 	breaker     Breaker
+	denied      func(Check) // nil: nobody asked
 }
 
 // New returns a Limiter for cfg, or an error that names every invalid
@@ -164,6 +171,7 @@ func New(cfg Config) (*Limiter, error) {
 		metrics:     cfg.Metrics,
 		log:         cfg.Logger,
 		breaker:     cfg.Breaker,
+		denied:      cfg.Denied,
 	}
 	if l.defaultFail == policy.FailDefault {
 		l.defaultFail = policy.FailLocal
@@ -287,7 +295,7 @@ func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 			for i, c := range checks {
 				if o.Sources[i] == SourceFastPath {
 					l.metrics.fastPathHit(c.Rule.Name)
-					l.metrics.decision(c.Rule.Name, outLimited)
+					l.decided(c, outLimited)
 				}
 			}
 			return
@@ -307,7 +315,7 @@ func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 	for i, c := range checks {
 		o.Sources[i] = SourceStore
 		r := &o.Results[i]
-		l.metrics.decision(c.Rule.Name, verdictOutcome(c.Rule, r.Allowed))
+		l.decided(c, verdictOutcome(c.Rule, r.Allowed))
 		if !allowed && !c.Rule.Shadow && !r.Allowed {
 			o.RetryAfter = max(o.RetryAfter, r.RetryAfter)
 		}
@@ -404,7 +412,7 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 			if o.Results[i].Allowed {
 				l.metrics.decision(c.Rule.Name, outLocal)
 			} else {
-				l.metrics.decision(c.Rule.Name, verdictOutcome(c.Rule, false))
+				l.decided(c, verdictOutcome(c.Rule, false))
 			}
 		}
 	}
@@ -436,6 +444,14 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []Check, n int, o *O
 		if !sub[j].Rule.Shadow && !res[j].Allowed {
 			o.RetryAfter = max(o.RetryAfter, res[j].RetryAfter)
 		}
+	}
+}
+
+// decided counts check c's outcome o, and tells Denied of a denial.
+func (l *Limiter) decided(c Check, o outcome) {
+	l.metrics.decision(c.Rule.Name, o)
+	if l.denied != nil && (o == outLimited || o == outShadowLimited) {
+		l.denied(c)
 	}
 }
 
