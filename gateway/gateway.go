@@ -74,7 +74,7 @@ type Gateway struct {
 	backend  *backend
 	proxy    *proxy.Proxy
 	metrics  *proxy.Metrics
-	registry *prometheus.Registry
+	registry prometheus.Gatherer    // sluice's metrics, and the runtime's
 	reloads  *prometheus.CounterVec // sluice_rules_reloads_total
 	runners  []func(context.Context)
 }
@@ -100,10 +100,16 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		log = newLogger(cfg)
 	}
 	g := &Gateway{cfg: cfg, log: log}
+	// reg holds sluice's own metrics, which the console's stats read
+	// every second; the Go runtime's and the process's, which cost more to
+	// read, are only scraped.
 	reg := prometheus.NewRegistry()
-	g.registry = reg
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	runtimeReg := prometheus.NewRegistry()
+	g.registry = prometheus.Gatherers{reg, runtimeReg}
+	runtimeReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfoCollector(opts.Stamp))
+	stats := admin.NewStats(admin.StatsConfig{Gatherer: reg})
+	g.runners = append(g.runners, stats.Run)
 
 	hashKey := []byte(cfg.HashKey)
 	if cfg.hashKeyDerived {
@@ -156,6 +162,7 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		Metrics:     metrics,
 		Logger:      log,
 		Breaker:     breaker,
+		Denied:      stats.Limited,
 	})
 	if err != nil {
 		be.close()
@@ -192,10 +199,18 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	}
 	g.public = proxy.NewServer(public, cfg.timeouts)
 	g.public.ErrorLog = zap.NewStdLog(log)
-	g.admin = proxy.NewServer(admin.NewHandler(admin.Config{
-		Policy: px.Policy, Ready: be.ready, Gatherer: reg,
+	adminCfg := admin.Config{
+		Policy: px.Policy, Ready: be.ready, Gatherer: g.registry,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
-	}), adminTimeouts(cfg.timeouts))
+		Stats: stats, StoreKind: "memory",
+	}
+	if be.pool != nil {
+		adminCfg.StoreKind = "postgres"
+	}
+	if be.breaker != nil {
+		adminCfg.Breaker = be.breaker.State
+	}
+	g.admin = proxy.NewServer(admin.NewHandler(adminCfg), adminTimeouts(cfg.timeouts))
 	g.admin.ErrorLog = g.public.ErrorLog
 	return g, nil
 }
