@@ -139,7 +139,7 @@
   function describeLimit(r) {
     const tags = [r.algorithm];
     if (r.shadow) tags.push('shadow');
-    if (r.fail) tags.push('fail=' + r.fail);
+    if (r.fail && r.fail !== 'default') tags.push('fail=' + r.fail);
     if (r.cost > 1) tags.push('cost=' + r.cost);
     return [r.limit + '/' + r.window, ...tags.map((t) => el('span', { class: 'tag' }, t))];
   }
