@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/policy"
@@ -116,6 +117,9 @@ type Config struct {
 	// Breaker guards the store (a *CircuitBreaker in production). Nil
 	// means the store is always called, however often it fails.
 	Breaker Breaker
+	// Tracer, when set, makes a span of every decision and of every
+	// store call (see trace.go). Nil makes none, at no cost.
+	Tracer trace.Tracer
 	// Denied is called with every check whose own verdict was to deny
 	// (a shadow check's too), whoever decided it: the store, the fast
 	// path or the fail=local fallback. It is called on the decision's
@@ -137,7 +141,8 @@ type Limiter struct {
 	metrics     *Metrics
 	log         *zap.Logger
 	breaker     Breaker
-	denied      func(Check) // nil: nobody asked
+	denied      func(Check)  // nil: nobody asked
+	tracer      trace.Tracer // nil: no spans
 }
 
 // New returns a Limiter for cfg, or an error that names every invalid
@@ -172,6 +177,7 @@ func New(cfg Config) (*Limiter, error) {
 		log:         cfg.Logger,
 		breaker:     cfg.Breaker,
 		denied:      cfg.Denied,
+		tracer:      cfg.Tracer,
 	}
 	if l.defaultFail == policy.FailDefault {
 		l.defaultFail = policy.FailLocal
@@ -273,6 +279,11 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) Outcome {
 // DecideInto is Decide writing into o, reusing the storage of o.Results
 // and o.Sources; a fast-path hit then allocates nothing.
 func (l *Limiter) DecideInto(ctx context.Context, checks []Check, o *Outcome) {
+	if l.tracer != nil {
+		var end func()
+		ctx, end = l.traceDecision(ctx, checks, o)
+		defer end()
+	}
 	if l.metrics == nil {
 		l.decideInto(ctx, checks, o)
 		return
@@ -347,9 +358,16 @@ func (l *Limiter) callStore(ctx context.Context, checks []Check, results []Resul
 	if l.timeout > 0 {
 		sctx, cancel = context.WithTimeout(ctx, l.timeout)
 	}
+	var traced func(error)
+	if l.tracer != nil {
+		sctx, traced = l.traceStore(sctx, len(checks))
+	}
 	began := time.Now()
 	allowed, err := l.store.Decide(sctx, checks, results)
 	elapsed := time.Since(began)
+	if traced != nil {
+		traced(err)
+	}
 	if cancel != nil {
 		cancel()
 	}
