@@ -32,6 +32,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/admin"
@@ -39,6 +40,7 @@ import (
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 // shutdownGrace bounds how long in-flight requests may take to finish after
@@ -77,6 +79,7 @@ type Gateway struct {
 	registry prometheus.Gatherer    // sluice's metrics, and the runtime's
 	reloads  *prometheus.CounterVec // sluice_rules_reloads_total
 	runners  []func(context.Context)
+	tracing  *telemetry.Tracing // nil: tracing is off
 }
 
 // New reads the settings from environ, validates them in one pass (the
@@ -153,6 +156,19 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	if be.breaker != nil {
 		breaker = be.breaker
 	}
+	// Tracing only when an OTLP endpoint is set: otherwise nothing is
+	// wrapped and no span is made, so a request costs what it did before.
+	g.tracing, err = telemetry.New(context.Background(), cfg.tracing, currentBuild(opts.Stamp).Version)
+	if err != nil {
+		be.close()
+		return nil, err
+	}
+	var tracer trace.Tracer
+	var transport http.RoundTripper = proxy.NewTransport(cfg.timeouts.Upstream)
+	if g.tracing != nil {
+		tracer = g.tracing.Tracer()
+		transport = g.tracing.Transport(transport)
+	}
 	lim, err = limiter.New(limiter.Config{
 		Store:       be.store,
 		Local:       local,
@@ -163,6 +179,7 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		Logger:      log,
 		Breaker:     breaker,
 		Denied:      stats.Limited,
+		Tracer:      tracer,
 	})
 	if err != nil {
 		be.close()
@@ -182,7 +199,7 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		Trusted:      cfg.trusted,
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Headers:      cfg.headers,
-		Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
+		Transport:    transport,
 		Logger:       log,
 		Metrics:      g.metrics,
 		AccessLog:    accessLog,
@@ -194,6 +211,9 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	g.proxy = px
 	g.reloads = newReloadsCounter(reg)
 	var public http.Handler = px
+	if g.tracing != nil {
+		public = g.tracing.Handler(public)
+	}
 	if opts.Wrap != nil {
 		public = opts.Wrap(public)
 	}
@@ -278,6 +298,7 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 		zap.String("admin_listen", admin.Addr().String()),
 		zap.Int("rules", len(g.cfg.policy.Rules())),
 		zap.Bool("store_ready", ready),
+		zap.String("tracing", g.tracingDesc()),
 		zap.Duration("after", time.Since(began)))...)
 
 wait:
@@ -297,8 +318,24 @@ wait:
 	// In-flight requests finish their decisions and upstream calls on
 	// their own contexts; Shutdown waits for them.
 	err = errors.Join(err, g.public.Shutdown(shutdownCtx), g.admin.Shutdown(shutdownCtx))
+	if g.tracing != nil {
+		// The spans of the last requests are still to be sent.
+		traceCtx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		if terr := g.tracing.Shutdown(traceCtx); terr != nil {
+			g.log.Warn("tracing: the last spans could not be sent", zap.Error(terr))
+		}
+		cancel()
+	}
 	g.log.Info("sluice stopped")
 	return err
+}
+
+// tracingDesc says whether tracing is on, for the start-up line.
+func (g *Gateway) tracingDesc() string {
+	if g.tracing == nil {
+		return "off"
+	}
+	return g.cfg.tracing.Describe()
 }
 
 // Ready reports whether the gateway's store decides: nil, or why not. It
