@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -248,6 +249,14 @@ func (t *Tracing) options() []otelhttp.Option {
 // ctx's deadline.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	return t.sdk.Shutdown(ctx)
+}
+
+// HandleErrors sends the OpenTelemetry SDK's errors (an export that
+// failed: the collector is down or refuses) to f instead of the standard
+// library's log. The SDK has one handler per process, so only a program's
+// main command calls this, once.
+func HandleErrors(f func(error)) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(f))
 }
 
 // ShutdownTimeout is how long a gateway gives Shutdown at exit.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -174,5 +175,16 @@ func TestFilterOtelhttp(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the upstream span lost the upstream's address: %v", client0.Attributes())
+	}
+}
+
+// TestHandleErrors: the SDK's errors reach the function given, not the
+// standard library's log.
+func TestHandleErrors(t *testing.T) {
+	var got []error
+	HandleErrors(func(err error) { got = append(got, err) })
+	otel.Handle(errors.New("export failed"))
+	if len(got) != 1 || got[0].Error() != "export failed" {
+		t.Fatalf("handled %v", got)
 	}
 }
