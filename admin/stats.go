@@ -47,13 +47,6 @@ const (
 	metricPoolMax       = "sluice_db_pool_max_connections"
 )
 
-// outcomes are the outcome labels of sluice_decisions_total, in the order
-// of a sample's counts.
-var outcomes = [...]string{
-	limiter.OutcomeAllowed, limiter.OutcomeLimited, limiter.OutcomeShadowLimited,
-	limiter.OutcomeFailedOpen, limiter.OutcomeFailedClosed, limiter.OutcomeLocal,
-}
-
 // StatsConfig configures Stats.
 type StatsConfig struct {
 	// Gatherer holds sluice's metrics (those of limiter.NewMetrics, and
@@ -82,7 +75,7 @@ type Stats struct {
 // sample is what the metrics said at one instant.
 type sample struct {
 	at        time.Time
-	decisions map[string][len(outcomes)]float64 // by rule
+	decisions map[string]map[string]float64 // by rule, then outcome
 	latency   histogram
 	errors    float64
 	pool      *poolJSON // nil without a pool
@@ -134,17 +127,18 @@ func (s *Stats) Run(ctx context.Context) {
 // after moving the clock.
 func (s *Stats) Sample() {
 	mfs, _ := s.gather.Gather() // a partial gathering is still worth having
-	smp := sample{at: s.now(), decisions: map[string][len(outcomes)]float64{}}
+	smp := sample{at: s.now(), decisions: map[string]map[string]float64{}}
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case metricDecisions:
 			for _, m := range mf.GetMetric() {
-				rule, outcome := label(m, "rule"), label(m, "outcome")
-				if i := slices.Index(outcomes[:], outcome); i >= 0 {
-					d := smp.decisions[rule]
-					d[i] = m.GetCounter().GetValue()
+				rule := label(m, "rule")
+				d := smp.decisions[rule]
+				if d == nil {
+					d = map[string]float64{}
 					smp.decisions[rule] = d
 				}
+				d[label(m, "outcome")] = m.GetCounter().GetValue()
 			}
 		case metricStoreDuration:
 			for _, m := range mf.GetMetric() {
@@ -218,8 +212,9 @@ type statsJSON struct {
 // ruleStatsJSON is one rule's decisions over the window.
 type ruleStatsJSON struct {
 	Rule string `json:"rule"`
-	// Decisions counts checks by outcome (allowed, limited,
-	// shadow_limited, failed_open, failed_closed, local).
+	// Decisions counts checks by outcome: the limiter's (allowed,
+	// limited, shadow_limited, failed_open, failed_closed, local), once
+	// the rule has decided; allowed and limited always.
 	Decisions map[string]float64 `json:"decisions"`
 	// AllowedPerSecond and LimitedPerSecond are the rates over the window.
 	AllowedPerSecond float64 `json:"allowed_per_second"`
@@ -303,11 +298,13 @@ func (s *Stats) snapshot(rules []*policy.Rule) statsJSON {
 	out.WindowSeconds = seconds
 	n := statsSamples - 1
 	for _, r := range rules {
-		rs := ruleStatsJSON{Rule: r.Name, Decisions: map[string]float64{}, Allowed: make([]float64, n), Limited: make([]float64, n)}
-		for i, o := range outcomes {
-			rs.Decisions[o] = 0
-			if first != nil {
-				rs.Decisions[o] = max(last.decisions[r.Name][i]-first.decisions[r.Name][i], 0)
+		// Every outcome the metrics know (the limiter counts six), and
+		// allowed and limited even before a rule's first decision.
+		rs := ruleStatsJSON{Rule: r.Name, Allowed: make([]float64, n), Limited: make([]float64, n),
+			Decisions: map[string]float64{limiter.OutcomeAllowed: 0, limiter.OutcomeLimited: 0}}
+		if first != nil {
+			for o, v := range last.decisions[r.Name] {
+				rs.Decisions[o] = max(v-first.decisions[r.Name][o], 0)
 			}
 		}
 		if seconds > 0 {
@@ -319,8 +316,8 @@ func (s *Stats) snapshot(rules []*policy.Rule) statsJSON {
 		for j := 1; j < len(samples); j++ {
 			k := n - len(samples) + j
 			prev, cur := samples[j-1].decisions[r.Name], samples[j].decisions[r.Name]
-			rs.Allowed[k] = max(cur[0]-prev[0], 0)
-			rs.Limited[k] = max(cur[1]-prev[1], 0)
+			rs.Allowed[k] = max(cur[limiter.OutcomeAllowed]-prev[limiter.OutcomeAllowed], 0)
+			rs.Limited[k] = max(cur[limiter.OutcomeLimited]-prev[limiter.OutcomeLimited], 0)
 		}
 		out.Rules = append(out.Rules, rs)
 	}
