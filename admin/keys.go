@@ -142,13 +142,13 @@ func identityParam(k policy.IdentityKind) string {
 // keyJSON is a counter as GET /v1/keys shows it.
 type keyJSON struct {
 	Rule       string `json:"rule"`
-	Key        string `json:"key"` // the hashed key, never the identity
 	Limit      int64  `json:"limit"`
 	Window     string `json:"window"`
 	Count      int64  `json:"count"`
 	Remaining  int64  `json:"remaining"`
 	Reset      int64  `json:"reset"`       // Unix seconds
 	ResetAfter int64  `json:"reset_after"` // seconds
+	Key        string `json:"key"`         // the hashed key, never the identity
 }
 
 func (a *keysAPI) getKey(w http.ResponseWriter, r *http.Request) {
