@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -272,5 +275,81 @@ func TestTracingOff(t *testing.T) {
 			t.Errorf("%v: the public handler is %T, not the proxy itself", env, g.public.Handler)
 		}
 		g.backend.close()
+	}
+}
+
+// TestTracingKeepsStreams: with tracing on, otelhttp's wrapping of the
+// response keeps what the proxy needs of it: a server-sent event reaches
+// the client while the upstream is still sending (flushes pass through),
+// and a WebSocket upgrade gets its 101 and a two-way connection (the
+// hijack passes through).
+func TestTracingKeepsStreams(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "websocket" {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			line, _ := brw.ReadString('\n')
+			brw.WriteString("echo " + line)
+			brw.Flush()
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: first\n\n"))
+		w.(http.Flusher).Flush()
+		<-release
+		w.Write([]byte("data: end\n\n"))
+	}))
+	defer up.Close()
+	defer close(release)
+	g := start(t, map[string]string{
+		"SLUICE_UPSTREAM":             up.URL,
+		"SLUICE_RULES":                "all: GET /* by ip 100/1m",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": recv.URL,
+	})
+
+	res, err := http.Get(g.url + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	first := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(res.Body).ReadString('\n')
+		first <- line
+	}()
+	select {
+	case line := <-first:
+		if line != "data: first\n" {
+			t.Fatalf("first line %q", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first event did not arrive while the upstream was still sending: the stream is buffered")
+	}
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(conn, "GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(conn)
+	status, _ := br.ReadString('\n')
+	if !strings.HasPrefix(status, "HTTP/1.1 101") {
+		t.Fatalf("upgrade answered %q", status)
+	}
+	for line, _ := br.ReadString('\n'); line != "\r\n" && line != ""; line, _ = br.ReadString('\n') {
+	}
+	fmt.Fprint(conn, "hello\n")
+	if got, _ := br.ReadString('\n'); got != "echo hello\n" {
+		t.Fatalf("through the upgraded connection: %q", got)
 	}
 }
