@@ -33,6 +33,8 @@ var layers = map[string][]string{
 	"check/rls": {"check", "hashing", "limiter", "policy", "proxy", "proxy/identity"},
 	// Serving a small server until a context ends.
 	"internal/httpserve": nil,
+	// OpenTelemetry tracing from the OTEL_* variables.
+	"telemetry": nil,
 	// Test and measurement support.
 	"internal/proctest": nil,
 	"faults":            nil, // tests only: see testLayers
@@ -43,7 +45,7 @@ var layers = map[string][]string{
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
 	// The gateway assembles everything; main only dispatches to it.
-	"gateway": {"admin", "check", "check/rls", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity"},
+	"gateway": {"admin", "check", "check/rls", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity", "telemetry"},
 	"":        {"gateway"},
 }
 

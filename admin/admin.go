@@ -1,7 +1,10 @@
 // Package admin is the admin listener's handler: liveness (/healthz),
-// readiness (/readyz), Prometheus metrics (/metrics) and the /v1 API (the
-// rules in force, counters and overrides by key) behind a bearer token.
-// The console and the stats of the admin listener belong here too.
+// readiness (/readyz), Prometheus metrics (/metrics), the /v1 API (the
+// rules in force, counters and overrides by key, live stats) behind a
+// bearer token, and the console (GET /), a web page over that API whose
+// assets are embedded in the binary. The live figures (stats.go) are kept
+// here too: rates sampled from the limiter's metrics, and the most
+// limited keys, counted through the limiter's Denied hook.
 //
 // It is served on the admin listener only, never on the public one. It
 // sees the store through KeyStore and its readiness through a function:
@@ -21,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 )
@@ -42,10 +46,25 @@ type Config struct {
 	// Token is the bearer token of the /v1 API. Writes always need it, and
 	// are refused when it is empty; reads need it whenever it is set.
 	Token string
+	// Stats serves /v1/stats and the console's live figures; nil leaves
+	// /v1/stats out.
+	Stats *Stats
+	// StoreKind names the store for the console ("memory", "postgres").
+	StoreKind string
+	// Breaker reports the state of the store's circuit breaker; nil for a
+	// store without one.
+	Breaker func() limiter.BreakerState
 }
 
 // NewHandler returns the handler of the admin listener: /healthz, /readyz,
-// /metrics and the /v1 API. It must never be served on the public listener.
+// /metrics, the /v1 API and the console. It must never be served on the
+// public listener.
+//
+// Every response carries the console's security headers (see secure), and
+// writes that a browser sends from another origin are refused (Go's
+// CrossOriginProtection: Sec-Fetch-Site, else Origin against Host), so no
+// other web page can make a signed-in operator's browser change a limit.
+// Requests without those headers (curl, scripts) are not affected.
 func NewHandler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +93,15 @@ func NewHandler(cfg Config) http.Handler {
 		mux.HandleFunc("PUT /v1/overrides", write(api.putOverride))
 		mux.HandleFunc("DELETE /v1/overrides", write(api.deleteOverride))
 	}
-	return mux
+	if cfg.Stats != nil {
+		mux.HandleFunc("GET /v1/stats", read(serveStats(&cfg)))
+	}
+	serveConsole(mux, cfg.Token != "")
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusForbidden, Detail: "cross-origin request refused: admin writes must come from the admin listener's own origin"})
+	}))
+	return secure(cop.Handler(mux))
 }
 
 // guard lets a /v1 request through to h only with the bearer token: always

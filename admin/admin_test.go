@@ -25,6 +25,7 @@ import (
 type adminFixture struct {
 	public, admin *httptest.Server
 	hasher        *hashing.Hasher
+	stats         *Stats
 }
 
 func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
@@ -38,7 +39,12 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var lim *limiter.Limiter
 	mem := memory.New(memory.Options{Now: clock.Now, Forget: func(rule, key string, at time.Time) { lim.Forget(rule, key, at) }})
-	lim, err = limiter.New(limiter.Config{Store: mem, Local: memory.New(memory.Options{}), Timeout: time.Second, CacheSize: 100, Now: clock.Now})
+	reg := prometheus.NewRegistry()
+	stats := NewStats(StatsConfig{Gatherer: reg, Now: clock.Now})
+	lim, err = limiter.New(limiter.Config{
+		Store: mem, Local: memory.New(memory.Options{}), Timeout: time.Second, CacheSize: 100, Now: clock.Now,
+		Metrics: limiter.NewMetrics(reg), Denied: stats.Limited,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +61,11 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	pub := httptest.NewServer(p)
 	t.Cleanup(pub.Close)
 	adm := httptest.NewServer(NewHandler(Config{
-		Policy: p.Policy, Gatherer: prometheus.NewRegistry(),
-		Keys: mem, Hasher: h, Token: token,
+		Policy: p.Policy, Gatherer: reg,
+		Keys: mem, Hasher: h, Token: token, Stats: stats, StoreKind: "memory",
 	}))
 	t.Cleanup(adm.Close)
-	return &adminFixture{public: pub, admin: adm, hasher: h}
+	return &adminFixture{public: pub, admin: adm, hasher: h, stats: stats}
 }
 
 // call is proctest.Call.
@@ -195,7 +201,7 @@ func TestAdminErrors(t *testing.T) {
 		{"GET", "/v1/keys", "", "", 400, "query parameter rule is required"},
 		{"GET", "/v1/keys?rule=nope&ip=1.2.3.4", "", "", 404, "no rule named 'nope'"},
 		{"GET", "/v1/keys?rule=login", "", "", 400, "rule 'login' counts by ip: give ip="},
-		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant, header or descriptor, got ip, email"},
+		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant, header, descriptor or key, got ip, email"},
 		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
 		{"GET", "/v1/keys?rule=login&email=%EF%BB%BFa@b.c", "", "", 400, "email: holds an invisible format character"},

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,12 +47,15 @@ type keysAPI struct {
 // key.
 var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader}
 
-// target resolves ?rule=…&ip=… (or email=, tenant=, header=, or
-// descriptor= once for each open value of an rls: rule's descriptor) to a
-// check.
-// A "by global" rule needs no identity. Any identity kind is accepted for
-// any rule, so the IP counters that stand in for a missing identifier can
-// be read and reset too.
+// keyParam names a counter by its hashed key, as GET /v1/overrides and
+// the console's most limited keys show it, instead of by an identity.
+const keyParam = "key"
+
+// target resolves ?rule=…&ip=… (or email=, tenant=, header=, descriptor=
+// once for each open value of an rls: rule's descriptor, or key=, the
+// hashed key itself) to a check. A "by global" rule needs no identity.
+// Any identity kind is accepted for any rule, so the IP counters that
+// stand in for a missing identifier can be read and reset too.
 func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	q := r.URL.Query()
 	name := q.Get("rule")
@@ -80,13 +85,25 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 		given = append(given, policy.ByDescriptor.String())
 		kind, value = policy.ByDescriptor, hashing.JoinValues(descriptor)
 	}
+	hashed, byKey := q[keyParam]
+	if byKey {
+		given = append(given, keyParam)
+	}
 	switch {
 	case len(given) > 1:
-		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant, header or descriptor, got " + strings.Join(given, ", ")}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant, header, descriptor or key, got " + strings.Join(given, ", ")}
 	case isDescriptor && rule.IsRLS() && len(descriptor) != len(rule.DescriptorValues(rule.Descriptor, nil)):
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts the values of descriptor(%s) that it leaves open: give descriptor= once for each, in order", name, rule.Identity.Field)}
 	case isDescriptor:
 		return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
+	case byKey:
+		if len(hashed) != 1 {
+			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter key given more than once"}
+		}
+		if !isHashedKey(hashed[0]) {
+			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "key: not a hashed key (43 characters of base64url, as GET /v1/overrides lists them)"}
+		}
+		return limiter.Check{Rule: rule, Key: hashed[0]}, nil
 	case len(given) == 0 && rule.Identity.Kind == policy.ByGlobal:
 		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal.String(), "")}, nil
 	case len(given) == 0:
@@ -120,6 +137,13 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
 }
 
+// isHashedKey reports whether s has the form of hashing.Hasher.Key's
+// keys: an HMAC-SHA256 in unpadded base64url.
+func isHashedKey(s string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	return err == nil && len(b) == sha256.Size
+}
+
 func identityParam(k policy.IdentityKind) string {
 	if k == policy.ByGlobal {
 		return "nothing"
@@ -136,6 +160,7 @@ type keyJSON struct {
 	Remaining  int64  `json:"remaining"`
 	Reset      int64  `json:"reset"`       // Unix seconds
 	ResetAfter int64  `json:"reset_after"` // seconds
+	Key        string `json:"key"`         // the hashed key, never the identity
 }
 
 func (a *keysAPI) getKey(w http.ResponseWriter, r *http.Request) {
@@ -153,6 +178,7 @@ func (a *keysAPI) getKey(w http.ResponseWriter, r *http.Request) {
 	// count is what has been used of the limit.
 	writeJSON(w, http.StatusOK, keyJSON{
 		Rule:       c.Rule.Name,
+		Key:        c.Key,
 		Limit:      res.Limit,
 		Window:     policy.FormatWindow(res.Window),
 		Count:      max(res.Limit-res.Remaining, 0),

@@ -43,11 +43,23 @@ import (
 const (
 	targetBaseline = "baseline"
 	targetRedis    = "redis"
-	targetMemory   = "memory"
+	// targetBefore is sluice on the memory store built from another
+	// commit (-before), to measure a change: of this one, the cost of
+	// tracing when it is off.
+	targetBefore = "before"
+	targetMemory = "memory"
+	// targetTraced is sluice on the memory store with tracing on at 100%
+	// sampling, exporting to the harness's OTLP sink.
+	targetTraced   = "traced"
 	targetPostgres = "postgres"
 )
 
-var allTargets = []string{targetBaseline, targetRedis, targetMemory, targetPostgres}
+// knownTargets are every target, in the order they are measured;
+// defaultTargets those measured without -targets.
+var (
+	knownTargets   = []string{targetBaseline, targetRedis, targetBefore, targetMemory, targetTraced, targetPostgres}
+	defaultTargets = []string{targetBaseline, targetRedis, targetMemory, targetPostgres}
+)
 
 // options are the command-line flags.
 type options struct {
@@ -60,6 +72,7 @@ type options struct {
 	scenarios        []scenario
 	targets          []string
 	sluiceEnv        []string
+	before           string // git revision of the before target
 }
 
 func main() {
@@ -118,7 +131,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 3, "measured runs per scenario and target, taken in turns; the table gives medians")
 	fs.DurationVar(&o.deadline, "timeout", 20*time.Minute, "give up (and clean up) after this long")
 	fs.StringVar(&scen, "scenarios", "1,2,3,4", "scenarios to run, comma-separated")
-	fs.StringVar(&targets, "targets", strings.Join(allTargets, ","), "targets to measure, comma-separated")
+	fs.StringVar(&targets, "targets", strings.Join(defaultTargets, ","), "targets to measure, comma-separated, of "+strings.Join(knownTargets, ","))
+	fs.StringVar(&o.before, "before", "main", "git revision the before target is built from")
 	fs.Func("env", "extra KEY=VALUE setting for both sluice targets (repeatable), e.g. -env SLUICE_DB_TIMEOUT=100ms", func(s string) error {
 		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
 			return fmt.Errorf("expected KEY=VALUE, got %q", s)
@@ -147,15 +161,15 @@ func parseFlags(args []string) (options, error) {
 	}
 	for t := range strings.SplitSeq(targets, ",") {
 		t = strings.TrimSpace(t)
-		if !slices.Contains(allTargets, t) {
-			return o, fmt.Errorf("-targets: expected some of %s, got %q", strings.Join(allTargets, ","), t)
+		if !slices.Contains(knownTargets, t) {
+			return o, fmt.Errorf("-targets: expected some of %s, got %q", strings.Join(knownTargets, ","), t)
 		}
 		o.targets = append(o.targets, t)
 	}
 	// Measure in a fixed order whatever the flag's order: the baseline
 	// first, so every ratio refers to a number measured just before.
 	slices.SortFunc(o.targets, func(a, b string) int {
-		return slices.Index(allTargets, a) - slices.Index(allTargets, b)
+		return slices.Index(knownTargets, a) - slices.Index(knownTargets, b)
 	})
 	o.targets = slices.Compact(o.targets)
 	return o, nil
@@ -173,7 +187,8 @@ type bench struct {
 	hashKey  string
 	// redisPrefix starts the keys of every Redis peer of the run.
 	redisPrefix string
-	notes       []string // printed under the table
+	notes       []string  // printed under the table
+	otlp        *otlpSink // the traced target's collector; nil without it
 }
 
 // note records something the reader of the table should know.
@@ -206,6 +221,18 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	fmt.Fprintln(progress, "building sluice, baseline, Redis peer and upstream…")
 	if err := buildAll(ctx, dir); err != nil {
 		return err
+	}
+	if slices.Contains(opts.targets, targetBefore) {
+		fmt.Fprintf(progress, "building sluice at %s…\n", opts.before)
+		if err := buildBefore(ctx, dir, opts.before); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(opts.targets, targetTraced) {
+		if b.otlp, err = startOTLPSink(); err != nil {
+			return err
+		}
+		defer b.otlp.stop()
 	}
 
 	redisVersion := "Redis not used"
@@ -301,6 +328,44 @@ func buildAll(ctx context.Context, dir string) error {
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build in %s: %w\n%s", b.dir, err, out)
 		}
+	}
+	return nil
+}
+
+// buildBefore builds sluice at the git revision rev into dir/sluice-before:
+// the revision's files, from git archive, in a directory of their own.
+func buildBefore(ctx context.Context, dir, rev string) error {
+	_, product, err := moduleDirs()
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(dir, "before-src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return err
+	}
+	archive := exec.CommandContext(ctx, "git", "-C", product, "archive", "--format=tar", rev)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	untar.Stdin = pipe
+	var stderr strings.Builder
+	archive.Stderr = &stderr
+	if err := untar.Start(); err != nil {
+		return err
+	}
+	if err := archive.Run(); err != nil {
+		untar.Wait() //nolint:errcheck // the archive's error says more
+		return fmt.Errorf("git archive %s: %w: %s", rev, err, stderr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		return fmt.Errorf("untar %s: %w", rev, err)
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "sluice-before"), ".")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build at %s: %w\n%s", rev, err, out)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ type result struct {
 	// requests. -1: not measured.
 	coldXacts, coldRequests int64
 	failed                  int64 // checks the store could not decide (fail modes); -1: not measured
+	spans                   int64 // spans the OTLP sink received during the rounds; -1: not measured
+	cpu                     int64 // clock ticks of CPU the target's process used in the rounds; -1: not measured
 }
 
 // cell is a target being measured in one scenario.
@@ -44,7 +46,7 @@ type cell struct {
 func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]result, error) {
 	var cells []*cell
 	for _, t := range b.opts.targets {
-		c := &cell{result: result{scenario: s, target: t, xacts: -1, coldXacts: -1, failed: -1}, url: b.baseline}
+		c := &cell{result: result{scenario: s, target: t, xacts: -1, coldXacts: -1, failed: -1, spans: -1, cpu: -1}, url: b.baseline}
 		if t != targetBaseline {
 			start := b.startSluice
 			if t == targetRedis {
@@ -55,7 +57,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 				return nil, err
 			}
 			defer b.procs.stop(sl.proc)
-			c.server, c.url, c.failed = sl, sl.url, 0
+			c.server, c.url, c.failed, c.cpu = sl, sl.url, 0, 0
 			if s.exhaust > 0 {
 				n, err := exhaust(ctx, sl.url, s)
 				if err != nil {
@@ -144,18 +146,37 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 // rounds, with the store failures sluice counted meanwhile.
 func (b *bench) measureRound(ctx context.Context, c *cell, script string) error {
 	var before outcomes
+	var cpuBefore procStat
 	if c.server != nil {
 		var err error
 		if before, err = c.server.scrape(ctx); err != nil {
 			return err
 		}
+		if cpuBefore, err = readProcStat(c.server.proc.cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
+	var spansBefore int64
+	if c.target == targetTraced {
+		spansBefore = b.otlp.spans.Load()
 	}
 	r, err := runWrk(ctx, b.opts.load, script, c.url, b.opts.duration)
 	if err != nil {
 		return err
 	}
 	c.rounds = append(c.rounds, r)
+	if c.target == targetTraced {
+		// Spans of the round still in the exporter's batch arrive with
+		// the next one: over three rounds the count is near enough.
+		c.spans = max(c.spans, 0) + b.otlp.spans.Load() - spansBefore
+	}
 	if c.server != nil {
+		// The process's CPU first: the scrape below costs some.
+		cpuAfter, err := readProcStat(c.server.proc.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		c.cpu += cpuAfter.own() - cpuBefore.own()
 		after, err := c.server.scrape(ctx)
 		if err != nil {
 			return err
@@ -212,15 +233,25 @@ func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*server,
 		"SLUICE_TRUSTED_PROXIES=127.0.0.1/32", // wrk's X-Forwarded-For names the clients
 		"SLUICE_LOG_LEVEL=warn",
 	}
-	if t == targetPostgres {
+	exe := "sluice"
+	switch t {
+	case targetPostgres:
 		env = append(env,
 			"SLUICE_DATABASE_URL="+b.db.url,
 			"SLUICE_DB_SCHEMA=bench_s"+s.id, // fresh counters for every scenario
 			"SLUICE_HASH_KEY="+b.hashKey,
 		)
+	case targetTraced:
+		env = append(env,
+			"OTEL_EXPORTER_OTLP_ENDPOINT="+b.otlp.url,
+			"OTEL_TRACES_SAMPLER=always_on",
+			"OTEL_SERVICE_NAME=sluice-bench",
+		)
+	case targetBefore:
+		exe = "sluice-before"
 	}
 	env = append(env, b.opts.sluiceEnv...) // last, so that they win
-	p, err := b.procs.start("sluice-"+t+"-s"+s.id, childEnv(env...), filepath.Join(b.dir, "sluice"))
+	p, err := b.procs.start("sluice-"+t+"-s"+s.id, childEnv(env...), filepath.Join(b.dir, exe))
 	if err != nil {
 		return nil, err
 	}

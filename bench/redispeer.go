@@ -37,7 +37,7 @@ func (b *bench) checkRedis(ctx context.Context) (string, error) {
 			msg = err.Error()
 		}
 		return "", fmt.Errorf("target redis (-redis-url %s): %s: start Redis, point -redis-url (or $SLUICE_BENCH_REDIS_URL) at one, or leave the target out with -targets %s",
-			redacted(b.opts.redisURL), msg, strings.Join(without(allTargets, targetRedis), ","))
+			redacted(b.opts.redisURL), msg, strings.Join(without(defaultTargets, targetRedis), ","))
 	}
 	return strings.TrimSpace(string(out)), nil
 }

@@ -14,8 +14,8 @@ import (
 // measured minutes apart at most, so that a noisy neighbour on a shared
 // machine weighs on both sides of a ratio.
 func writeTable(w io.Writer, results []result) {
-	fmt.Fprintln(w, "| scenario | target | req/s | p50 | p99 | req/s ÷ baseline | p99 ÷ baseline | pg xact/decision | cold: pg xact/decision | allowed | denied | failed checks |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| scenario | target | req/s | p50 | p99 | req/s ÷ baseline | p99 ÷ baseline | CPU µs/request | pg xact/decision | cold: pg xact/decision | allowed | denied | failed checks |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	var socketErrors, failing []string
 	for _, r := range results {
 		i := slices.IndexFunc(results, func(b result) bool {
@@ -45,12 +45,16 @@ func writeTable(w io.Writer, results []result) {
 			denied += x.Non2xx
 			sockErr += x.SocketErrors
 		}
-		fmt.Fprintf(w, "| %s. %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n",
+		cpu := "–"
+		if r.cpu >= 0 && allowed+denied > 0 {
+			cpu = fmt.Sprintf("%.1f", float64(ticks(r.cpu).Microseconds())/float64(allowed+denied))
+		}
+		fmt.Fprintf(w, "| %s. %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n",
 			r.scenario.id, r.scenario.title, targetName(r.target),
 			median(r.rounds, wrkResult.rps),
 			millis(median(r.rounds, func(x wrkResult) float64 { return x.P50US })),
 			millis(median(r.rounds, func(x wrkResult) float64 { return x.P99US })),
-			rpsRatio, p99Ratio, xacts, cold, allowed, denied, failed)
+			rpsRatio, p99Ratio, cpu, xacts, cold, allowed, denied, failed)
 		if r.failed > (allowed+denied)/100 {
 			failing = append(failing, fmt.Sprintf("scenario %s %s", r.scenario.id, targetName(r.target)))
 		}
@@ -60,10 +64,22 @@ func writeTable(w io.Writer, results []result) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "req/s, p50, p99: medians over the rounds; ratios: medians of each round's ratio to the baseline's run in the same round."+
+		" CPU µs/request: the CPU time (user and system) of the target's own process during the rounds, per request: what it costs, which a noisy neighbour moves far less than it moves req/s (not measured for the baseline)."+
 		" pg xact/decision: transactions in pg_stat_database of sluice's own database during the rounds, per request;"+
 		" cold: the same during the warm-up, the first load on a fresh sluice and database (leases not granted yet)."+
 		" allowed/denied: wrk's 2xx/3xx and other responses, all rounds."+
 		" failed checks: sluice_decisions_total outcomes failed_open, failed_closed and local (the store did not decide within SLUICE_DB_TIMEOUT); for redis_rate, Allow calls that failed or missed the same 50 ms deadline and let the request through.")
+	for _, r := range results {
+		if r.spans < 0 {
+			continue
+		}
+		var requests int64
+		for _, x := range r.rounds {
+			requests += x.Requests
+		}
+		fmt.Fprintf(w, "\nScenario %s, %s: the OTLP sink received %d spans during the rounds, %.2f per request (every request is sampled: a server span, the decision's, the store call's unless the fast path answered, and the upstream request's unless it was denied).\n",
+			r.scenario.id, targetName(r.target), r.spans, float64(r.spans)/float64(max(requests, 1)))
+	}
 	if len(failing) > 0 {
 		fmt.Fprintf(w, "\nWarning: more than 1%% of the checks failed in %s: their store did not decide in time, so their req/s, latencies and xact/decision describe the fail mode, not the store.\n", strings.Join(failing, "; "))
 	}
@@ -78,6 +94,10 @@ func targetName(t string) string {
 		return "baseline"
 	case targetRedis:
 		return "redis_rate"
+	case targetTraced:
+		return "sluice memory, traced"
+	case targetBefore:
+		return "sluice memory, before"
 	}
 	return "sluice " + t
 }

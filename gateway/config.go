@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/identity"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 // Settings: every variable sluice reads is parsed here, with caarlos0/env,
@@ -67,6 +68,18 @@ type settings struct {
 	AdminToken        string        `env:"SLUICE_ADMIN_TOKEN" help:"bearer token of the admin API (/v1/*)"`
 	LogLevel          string        `env:"SLUICE_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat         string        `env:"SLUICE_LOG_FORMAT" envDefault:"json" help:"json or console"`
+
+	// Tracing: the standard OpenTelemetry variables sluice reads itself
+	// (see telemetry.Config); the exporter reads the others.
+	OTELEndpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" help:"OTLP collector for traces, e.g. http://collector:4318; empty: no tracing and no cost"`
+	OTELTracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" help:"the URL traces are sent to, as given, instead of OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces"`
+	OTELProtocol       string `env:"OTEL_EXPORTER_OTLP_PROTOCOL" help:"http/protobuf (the default) or grpc"`
+	OTELTracesProtocol string `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" help:"the same, for traces only"`
+	OTELSampler        string `env:"OTEL_TRACES_SAMPLER" help:"parentbased_always_on (the default), always_on, always_off, traceidratio, parentbased_always_off or parentbased_traceidratio"`
+	OTELSamplerArg     string `env:"OTEL_TRACES_SAMPLER_ARG" help:"the ratio of the traceidratio samplers, 0 to 1"`
+	OTELServiceName    string `env:"OTEL_SERVICE_NAME" help:"service.name of the spans; empty means sluice"`
+	OTELDisabled       bool   `env:"OTEL_SDK_DISABLED" envDefault:"false" help:"true turns tracing off whatever else is set"`
+	OTELExporter       string `env:"OTEL_TRACES_EXPORTER" help:"otlp (the default) or none"`
 }
 
 // config is the validated form of settings that the gateway is assembled
@@ -84,6 +97,7 @@ type config struct {
 	logLevel       zapcore.Level
 	hashKeyDerived bool          // no SLUICE_HASH_KEY: a random per-process key is used
 	certs          *certificates // SLUICE_TLS_*; nil without TLS
+	tracing        telemetry.Config
 }
 
 // public reports whether the public listener (the proxy) runs: only with
@@ -235,6 +249,13 @@ func load(environ map[string]string) (*config, error) {
 	if s.LogFormat != "json" && s.LogFormat != "console" {
 		problems = append(problems, fmt.Sprintf("SLUICE_LOG_FORMAT: expected json or console, got %q", s.LogFormat))
 	}
+	c.tracing = telemetry.Config{
+		Endpoint: s.OTELEndpoint, TracesEndpoint: s.OTELTracesEndpoint,
+		Protocol: s.OTELProtocol, TracesProtocol: s.OTELTracesProtocol,
+		Sampler: s.OTELSampler, SamplerArg: s.OTELSamplerArg,
+		ServiceName: s.OTELServiceName, Disabled: s.OTELDisabled, Exporter: s.OTELExporter,
+	}
+	problems = append(problems, c.tracing.Problems()...)
 
 	if len(problems) > 0 {
 		return nil, &configError{problems: problems}

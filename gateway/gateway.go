@@ -35,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/admin"
@@ -44,6 +45,7 @@ import (
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 // shutdownGrace bounds how long in-flight requests may take to finish after
@@ -81,10 +83,11 @@ type Gateway struct {
 	backend  *backend
 	dec      *proxy.Decider
 	metrics  *proxy.Metrics
-	registry *prometheus.Registry
+	registry prometheus.Gatherer    // sluice's metrics, and the runtime's
 	reloads  *prometheus.CounterVec // sluice_rules_reloads_total
 	tlsLoads *prometheus.CounterVec // sluice_tls_reloads_total
 	runners  []func(context.Context)
+	tracing  *telemetry.Tracing // nil: tracing is off
 }
 
 // New reads the settings from environ, validates them in one pass (the
@@ -108,10 +111,16 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		log = newLogger(cfg)
 	}
 	g := &Gateway{cfg: cfg, log: log}
+	// reg holds sluice's own metrics, which the console's stats read
+	// every second; the Go runtime's and the process's, which cost more to
+	// read, are only scraped.
 	reg := prometheus.NewRegistry()
-	g.registry = reg
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	runtimeReg := prometheus.NewRegistry()
+	g.registry = prometheus.Gatherers{reg, runtimeReg}
+	runtimeReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfoCollector(opts.Stamp))
+	stats := admin.NewStats(admin.StatsConfig{Gatherer: reg})
+	g.runners = append(g.runners, stats.Run)
 
 	hashKey := []byte(cfg.HashKey)
 	if cfg.hashKeyDerived {
@@ -155,6 +164,19 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	if be.breaker != nil {
 		breaker = be.breaker
 	}
+	// Tracing only when an OTLP endpoint is set: otherwise nothing is
+	// wrapped and no span is made, so a request costs what it did before.
+	g.tracing, err = telemetry.New(context.Background(), cfg.tracing, currentBuild(opts.Stamp).Version)
+	if err != nil {
+		be.close()
+		return nil, err
+	}
+	var tracer trace.Tracer
+	var transport http.RoundTripper = proxy.NewTransport(cfg.timeouts.Upstream)
+	if g.tracing != nil {
+		tracer = g.tracing.Tracer()
+		transport = g.tracing.Transport(transport)
+	}
 	lim, err = limiter.New(limiter.Config{
 		Store:       be.store,
 		Local:       local,
@@ -164,6 +186,8 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		Metrics:     metrics,
 		Logger:      log,
 		Breaker:     breaker,
+		Denied:      stats.Limited,
+		Tracer:      tracer,
 	})
 	if err != nil {
 		be.close()
@@ -193,20 +217,28 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	if cfg.certs != nil {
 		g.tlsLoads = newTLSCollectors(reg, cfg.certs)
 	}
+	// traced wraps a listener's handler in a server span per request when
+	// tracing is on; off, it is the handler itself.
+	traced := func(h http.Handler) http.Handler {
+		if g.tracing != nil {
+			return g.tracing.Handler(h)
+		}
+		return h
+	}
 	if cfg.public() {
 		px, err := proxy.New(proxy.Config{
 			Upstream:     cfg.upstream,
 			Routes:       cfg.routes,
 			Decider:      dec,
 			MaxBodyBytes: cfg.MaxBodyBytes,
-			Transport:    proxy.NewTransport(cfg.timeouts.Upstream),
+			Transport:    transport,
 			Logger:       log,
 		})
 		if err != nil {
 			be.close()
 			return nil, err
 		}
-		var public http.Handler = px
+		public := traced(px)
 		if opts.Wrap != nil {
 			public = opts.Wrap(public)
 		}
@@ -221,7 +253,7 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		}
 		// Answers are small: like the admin listener's, their writes are
 		// bounded even when SLUICE_WRITE_TIMEOUT does not bound the proxy's.
-		g.check = proxy.NewServer(h, adminTimeouts(cfg.timeouts))
+		g.check = proxy.NewServer(traced(h), adminTimeouts(cfg.timeouts))
 		g.check.ErrorLog = zap.NewStdLog(log)
 	}
 	if cfg.RLSListen != "" {
@@ -237,10 +269,18 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	if (cfg.CheckListen != "" || cfg.RLSListen != "") && cfg.TrustedProxies == "" {
 		log.Warn("SLUICE_TRUSTED_PROXIES is empty: X-Forwarded-For from the proxies that ask SLUICE_CHECK_LISTEN is not believed, so every client of one proxy counts as that proxy's address under by-ip rules")
 	}
-	g.admin = proxy.NewServer(admin.NewHandler(admin.Config{
-		Policy: dec.Policy, Ready: be.ready, Gatherer: reg,
+	adminCfg := admin.Config{
+		Policy: dec.Policy, Ready: be.ready, Gatherer: g.registry,
 		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
-	}), adminTimeouts(cfg.timeouts))
+		Stats: stats, StoreKind: "memory",
+	}
+	if be.pool != nil {
+		adminCfg.StoreKind = "postgres"
+	}
+	if be.breaker != nil {
+		adminCfg.Breaker = be.breaker.State
+	}
+	g.admin = proxy.NewServer(admin.NewHandler(adminCfg), adminTimeouts(cfg.timeouts))
 	g.admin.ErrorLog = zap.NewStdLog(log)
 	return g, nil
 }
@@ -309,6 +349,7 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 		zap.Bool("tls", g.cfg.certs != nil),
 		zap.Int("rules", g.dec.Policy().Len()),
 		zap.Bool("store_ready", ready),
+		zap.String("tracing", g.tracingDesc()),
 		zap.Duration("after", time.Since(began)))...)
 
 wait:
@@ -343,6 +384,14 @@ wait:
 		stops = append(stops, g.rls.Shutdown(shutdownCtx))
 	}
 	err = errors.Join(err, errors.Join(stops...), g.admin.Shutdown(shutdownCtx))
+	if g.tracing != nil {
+		// The spans of the last requests are still to be sent.
+		traceCtx, cancel := context.WithTimeout(context.Background(), telemetry.ShutdownTimeout)
+		if terr := g.tracing.Shutdown(traceCtx); terr != nil {
+			g.log.Warn("tracing: the last spans could not be sent", zap.Error(terr))
+		}
+		cancel()
+	}
 	g.log.Info("sluice stopped")
 	return err
 }
@@ -409,6 +458,14 @@ func (g *Gateway) closeAll() {
 		cancel()
 		g.rls.Shutdown(ctx) //nolint:errcheck // stopping at once is the point
 	}
+}
+
+// tracingDesc says whether tracing is on, for the start-up line.
+func (g *Gateway) tracingDesc() string {
+	if g.tracing == nil {
+		return "off"
+	}
+	return g.cfg.tracing.Describe()
 }
 
 // Ready reports whether the gateway's store decides: nil, or why not. It

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/telemetry"
 )
 
 // Serve is `sluice` (or `sluice serve`): it assembles the gateway that the
@@ -16,6 +20,10 @@ func Serve(ctx context.Context, environ map[string]string, opts Options) error {
 		return err
 	}
 	defer g.log.Sync() //nolint:errcheck // nothing useful to do at exit
+	if g.tracing != nil {
+		tlog := g.log.Named("tracing")
+		telemetry.HandleErrors(func(err error) { tlog.Warn("tracing: spans could not be sent", zap.Error(err)) })
+	}
 	admin, err := net.Listen("tcp", g.cfg.AdminListen)
 	if err != nil {
 		g.backend.close()

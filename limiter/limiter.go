@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/policy"
@@ -116,6 +117,15 @@ type Config struct {
 	// Breaker guards the store (a *CircuitBreaker in production). Nil
 	// means the store is always called, however often it fails.
 	Breaker Breaker
+	// Tracer, when set, makes a span of every decision and of every
+	// store call (see trace.go). Nil makes none, at no cost.
+	Tracer trace.Tracer
+	// Denied is called with every check whose own verdict was to deny
+	// (a shadow check's too), whoever decided it: the store, the fast
+	// path or the fail=local fallback. It is called on the decision's
+	// goroutine, so it must be quick and safe for simultaneous use (the
+	// admin console's count of the most limited keys). Nil calls nothing.
+	Denied func(Check)
 }
 
 // Limiter decides requests against a Store, with the over-limit fast path
@@ -131,6 +141,8 @@ type Limiter struct {
 	metrics     *Metrics
 	log         *zap.Logger
 	breaker     Breaker
+	denied      func(Check)  // nil: nobody asked
+	tracer      trace.Tracer // nil: no spans
 }
 
 // New returns a Limiter for cfg, or an error that names every invalid
@@ -164,6 +176,8 @@ func New(cfg Config) (*Limiter, error) {
 		metrics:     cfg.Metrics,
 		log:         cfg.Logger,
 		breaker:     cfg.Breaker,
+		denied:      cfg.Denied,
+		tracer:      cfg.Tracer,
 	}
 	if l.defaultFail == policy.FailDefault {
 		l.defaultFail = policy.FailLocal
@@ -265,6 +279,11 @@ func (l *Limiter) Decide(ctx context.Context, checks []Check) Outcome {
 // DecideInto is Decide writing into o, reusing the storage of o.Results
 // and o.Sources; a fast-path hit then allocates nothing.
 func (l *Limiter) DecideInto(ctx context.Context, checks []Check, o *Outcome) {
+	if l.tracer != nil {
+		var end func()
+		ctx, end = l.traceDecision(ctx, checks, o)
+		defer end()
+	}
 	if l.metrics == nil {
 		l.decideInto(ctx, checks, o)
 		return
@@ -287,7 +306,7 @@ func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 			for i, c := range checks {
 				if o.Sources[i] == SourceFastPath {
 					l.metrics.fastPathHit(c.Rule.Name)
-					l.metrics.decision(c.Rule.Name, outLimited)
+					l.decided(c, outLimited)
 				}
 			}
 			return
@@ -307,7 +326,7 @@ func (l *Limiter) decideInto(ctx context.Context, checks []Check, o *Outcome) {
 	for i, c := range checks {
 		o.Sources[i] = SourceStore
 		r := &o.Results[i]
-		l.metrics.decision(c.Rule.Name, verdictOutcome(c.Rule, r.Allowed))
+		l.decided(c, verdictOutcome(c.Rule, r.Allowed))
 		if !allowed && !c.Rule.Shadow && !r.Allowed {
 			o.RetryAfter = max(o.RetryAfter, r.RetryAfter)
 		}
@@ -339,9 +358,16 @@ func (l *Limiter) callStore(ctx context.Context, checks []Check, results []Resul
 	if l.timeout > 0 {
 		sctx, cancel = context.WithTimeout(ctx, l.timeout)
 	}
+	var traced func(error)
+	if l.tracer != nil {
+		sctx, traced = l.traceStore(sctx, len(checks))
+	}
 	began := time.Now()
 	allowed, err := l.store.Decide(sctx, checks, results)
 	elapsed := time.Since(began)
+	if traced != nil {
+		traced(err)
+	}
 	if cancel != nil {
 		cancel()
 	}
@@ -404,7 +430,7 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 			if o.Results[i].Allowed {
 				l.metrics.decision(c.Rule.Name, outLocal)
 			} else {
-				l.metrics.decision(c.Rule.Name, verdictOutcome(c.Rule, false))
+				l.decided(c, verdictOutcome(c.Rule, false))
 			}
 		}
 	}
@@ -436,6 +462,14 @@ func (l *Limiter) decideLocally(ctx context.Context, checks []Check, n int, o *O
 		if !sub[j].Rule.Shadow && !res[j].Allowed {
 			o.RetryAfter = max(o.RetryAfter, res[j].RetryAfter)
 		}
+	}
+}
+
+// decided counts check c's outcome o, and tells Denied of a denial.
+func (l *Limiter) decided(c Check, o outcome) {
+	l.metrics.decision(c.Rule.Name, o)
+	if l.denied != nil && (o == outLimited || o == outShadowLimited) {
+		l.denied(c)
 	}
 }
 
