@@ -55,7 +55,7 @@ var queryFiles embed.FS
 const (
 	DefaultSchema            = "sluice"
 	DefaultDecisionTimeout   = limiter.DefaultTimeout
-	DefaultPollInterval      = time.Second
+	DefaultPollInterval      = 500 * time.Millisecond
 	DefaultCleanupInterval   = time.Minute
 	DefaultCleanupBatch      = 1000
 	DefaultCleanupMaxBatches = 100
