@@ -52,12 +52,20 @@ const (
 	// sampling, exporting to the harness's OTLP sink.
 	targetTraced   = "traced"
 	targetPostgres = "postgres"
+	// targetBeforePostgres is sluice on Postgres built from another commit
+	// (-before), with that commit's defaults, in a database of its own:
+	// to compare a change of the durable store with what it replaces.
+	targetBeforePostgres = "before-postgres"
 )
+
+// onPostgres reports whether target t decides on Postgres; each such
+// target has a database of its own, so that its transactions are its own.
+func onPostgres(t string) bool { return t == targetPostgres || t == targetBeforePostgres }
 
 // knownTargets are every target, in the order they are measured;
 // defaultTargets those measured without -targets.
 var (
-	knownTargets   = []string{targetBaseline, targetRedis, targetBefore, targetMemory, targetTraced, targetPostgres}
+	knownTargets   = []string{targetBaseline, targetRedis, targetBefore, targetMemory, targetTraced, targetBeforePostgres, targetPostgres}
 	defaultTargets = []string{targetBaseline, targetRedis, targetMemory, targetPostgres}
 )
 
@@ -181,9 +189,9 @@ type bench struct {
 	log      io.Writer // progress
 	dir      string
 	procs    *procs
-	db       *benchDB // nil without the postgres target
-	upstream string   // base URL
-	baseline string   // base URL
+	dbs      map[string]*benchDB // per target on Postgres (onPostgres)
+	upstream string              // base URL
+	baseline string              // base URL
 	hashKey  string
 	// redisPrefix starts the keys of every Redis peer of the run.
 	redisPrefix string
@@ -222,7 +230,7 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	if err := buildAll(ctx, dir); err != nil {
 		return err
 	}
-	if slices.Contains(opts.targets, targetBefore) {
+	if slices.Contains(opts.targets, targetBefore) || slices.Contains(opts.targets, targetBeforePostgres) {
 		fmt.Fprintf(progress, "building sluice at %s…\n", opts.before)
 		if err := buildBefore(ctx, dir, opts.before); err != nil {
 			return err
@@ -243,13 +251,20 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	}
 
 	pgVersion := "not used"
-	if slices.Contains(opts.targets, targetPostgres) {
-		var drop func() error
-		if b.db, drop, err = openBenchDB(ctx, opts.databaseURL, b.procs); err != nil {
+	for _, t := range opts.targets {
+		if !onPostgres(t) {
+			continue
+		}
+		db, drop, err := openBenchDB(ctx, opts.databaseURL, b.procs)
+		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, drop()) }()
-		pgVersion = b.db.version(ctx)
+		if b.dbs == nil {
+			b.dbs = map[string]*benchDB{}
+		}
+		b.dbs[t] = db
+		pgVersion = db.version(ctx)
 	}
 
 	if err := b.startHelpers(ctx); err != nil {

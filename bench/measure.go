@@ -73,19 +73,18 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 		}
 		cells = append(cells, c)
 	}
-	var pg *cell
+	// The targets on Postgres: their transactions are counted in their own
+	// databases, the warm-up (the first load on a fresh sluice) apart, as
+	// "cold".
+	var pgs []*cell
 	for _, c := range cells {
-		if c.target == targetPostgres {
-			pg = c
+		if onPostgres(c.target) {
+			pgs = append(pgs, c)
 		}
 	}
-	var coldBefore int64
-	if pg != nil {
-		// The warm-up is sluice's first load: counted apart, as "cold".
-		var err error
-		if coldBefore, err = b.publishedXacts(ctx); err != nil {
-			return nil, err
-		}
+	coldBefore, err := b.publishedXacts(ctx, pgs)
+	if err != nil {
+		return nil, err
 	}
 	for _, c := range cells {
 		fmt.Fprintf(b.log, "  warm-up %s\n", c.target)
@@ -93,20 +92,17 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 		if err != nil {
 			return nil, err
 		}
-		if c == pg {
-			pg.coldRequests = n
-		}
+		c.coldRequests = n
 	}
-	var xactsBefore int64
-	if pg != nil {
-		// The snapshot holds all of the warm-up's transactions and none of
-		// the rounds'.
-		var err error
-		if xactsBefore, err = b.publishedXacts(ctx); err != nil {
-			return nil, err
-		}
-		if pg.coldRequests > 0 {
-			pg.coldXacts = xactsBefore - coldBefore
+	// The snapshot holds all of the warm-up's transactions and none of the
+	// rounds'.
+	xactsBefore, err := b.publishedXacts(ctx, pgs)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range pgs {
+		if c.coldRequests > 0 {
+			c.coldXacts = xactsBefore[i] - coldBefore[i]
 		}
 	}
 
@@ -122,17 +118,17 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 		}
 	}
 
-	if pg != nil {
+	for i, c := range pgs {
 		// Stopping sluice closes its connections, and exiting backends
 		// publish their counts at once.
-		b.procs.stop(pg.server.proc)
-		xactsAfter, err := b.db.settledXacts(ctx)
+		b.procs.stop(c.server.proc)
+		xactsAfter, err := b.dbs[c.target].settledXacts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		pg.xacts = xactsAfter - xactsBefore
-		for _, r := range pg.rounds {
-			pg.requests += r.Requests
+		c.xacts = xactsAfter - xactsBefore[i]
+		for _, r := range c.rounds {
+			c.requests += r.Requests
 		}
 	}
 	results := make([]result, len(cells))
@@ -197,16 +193,27 @@ func (b *bench) warmUp(ctx context.Context, script, baseURL string) (requests in
 	return r.Requests, err
 }
 
-// publishedXacts waits until Postgres has published the transactions
-// of its backends so far, and returns the count.
-func (b *bench) publishedXacts(ctx context.Context) (int64, error) {
+// publishedXacts waits until Postgres has published the transactions of
+// its backends so far, and returns the count of each cell's database; it
+// does nothing without cells.
+func (b *bench) publishedXacts(ctx context.Context, cells []*cell) ([]int64, error) {
+	if len(cells) == 0 {
+		return nil, nil
+	}
 	fmt.Fprintf(b.log, "  waiting %s for Postgres to publish its counts\n", pgStatIdleFlush)
 	select {
 	case <-time.After(pgStatIdleFlush):
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return nil, ctx.Err()
 	}
-	return b.db.xacts(ctx)
+	n := make([]int64, len(cells))
+	for i, c := range cells {
+		var err error
+		if n[i], err = b.dbs[c.target].xacts(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
 }
 
 // server is one running target other than the baseline: sluice or the
@@ -234,20 +241,21 @@ func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*server,
 		"SLUICE_LOG_LEVEL=warn",
 	}
 	exe := "sluice"
-	switch t {
-	case targetPostgres:
+	if onPostgres(t) {
 		env = append(env,
-			"SLUICE_DATABASE_URL="+b.db.url,
+			"SLUICE_DATABASE_URL="+b.dbs[t].url,
 			"SLUICE_DB_SCHEMA=bench_s"+s.id, // fresh counters for every scenario
 			"SLUICE_HASH_KEY="+b.hashKey,
 		)
+	}
+	switch t {
 	case targetTraced:
 		env = append(env,
 			"OTEL_EXPORTER_OTLP_ENDPOINT="+b.otlp.url,
 			"OTEL_TRACES_SAMPLER=always_on",
 			"OTEL_SERVICE_NAME=sluice-bench",
 		)
-	case targetBefore:
+	case targetBefore, targetBeforePostgres:
 		exe = "sluice-before"
 	}
 	env = append(env, b.opts.sluiceEnv...) // last, so that they win
