@@ -25,6 +25,9 @@ var parseSeeds = []string{
 	"p: * /%2500/%25/%C3%A9/\\x by ip 1/1s",
 	"rls-login: * rls:edge by descriptor(generic_key=login,remote_address) 5/1m token fail=closed\nip: * rls:e.2 by descriptor(a=x=y,b) 1/1s shadow",
 	"d: GET rls:a/b by descriptor(k=,=v,(x)) 1/1s; h: * /a by descriptor(k) 1/1s",
+	"j: * /v1/* by jwt(app_metadata.tenant_id) 100/1d sliding(1h) plans(app_metadata.plan)=pro:10000/1d,team:5/7s,x:1/1s cost=2",
+	"k: * /v1/* by jwt 10/1m token burst=20 plans(https://example.com/plan)=pro:100/1m,slow:1/1000d",
+	"l: * /v1/* by jwt(a..b) 1/1s plans(t)=p:0/1s,:1/1s,p:1/1s,p:1/1s, plans=x",
 }
 
 func FuzzParse(f *testing.F) {
@@ -61,7 +64,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Parse(%q) of a parsed rule: %v", r.String(), err)
 			}
 			back := q.Rules()[0]
-			back.Line = r.Line
+			setLine(back, r.Line)
 			if !reflect.DeepEqual(back, r) {
 				t.Fatalf("%q parsed back as %+v, want %+v", r.String(), *back, *r)
 			}
@@ -111,6 +114,10 @@ func checkRule(t *testing.T, r *Rule) {
 		if !isToken(r.Identity.Field) {
 			t.Fatalf("rule %q: bad header %q", r.Name, r.Identity.Field)
 		}
+	case ByJWT:
+		if !validClaim(r.Identity.Field) {
+			t.Fatalf("rule %q: bad claim %q", r.Name, r.Identity.Field)
+		}
 	default:
 		t.Fatalf("rule %q: bad identity %+v", r.Name, r.Identity)
 	}
@@ -141,6 +148,23 @@ func checkRule(t *testing.T, r *Rule) {
 	}
 	if r.Fail > FailLocal {
 		t.Fatalf("rule %q: fail mode %d", r.Name, r.Fail)
+	}
+	if (r.PlanClaim == "") != (len(r.Plans) == 0) || r.PlanClaim != "" && !validClaim(r.PlanClaim) {
+		t.Fatalf("rule %q: plan claim %q with %d plans", r.Name, r.PlanClaim, len(r.Plans))
+	}
+	names := make(map[string]bool)
+	for _, p := range r.Plans {
+		if !validPlanName(p.Name) || names[p.Name] {
+			t.Fatalf("rule %q: bad or duplicate plan name %q", r.Name, p.Name)
+		}
+		names[p.Name] = true
+		// A plan's rule is a rule like any other, of the same name and
+		// identity, with the plan's limit.
+		v := r.ForPlan(p.Name)
+		if v == r || v.Name != r.Name || v.Identity != r.Identity || v.Limit != p.Limit || v.Window != p.Window || v.Plans != nil {
+			t.Fatalf("rule %q: plan %q counts as %+v", r.Name, p.Name, *v)
+		}
+		checkRule(t, v)
 	}
 }
 

@@ -106,6 +106,7 @@ type ruleParser struct {
 	line   int
 	column int    // see ParseError.Column
 	name   string // the rule's name once read and valid
+	onRLS  bool   // the path is rls:DOMAIN
 	failed bool
 }
 
@@ -156,6 +157,7 @@ func (p *parser) rule(line, column int, fields []string) {
 		return
 	}
 	if strings.HasPrefix(rest[1], rlsPrefix) {
+		rp.onRLS = true
 		rp.rls(r, rest[0], rest[1], rest[3])
 	} else {
 		rp.methods(r, rest[0])
@@ -273,6 +275,7 @@ func (rp *ruleParser) path(r *Rule, s string) {
 const (
 	defaultEmailField   = "email"
 	defaultTenantHeader = "X-Tenant-Id" // canonical form of X-Tenant-ID
+	defaultJWTClaim     = "sub"
 )
 
 // fieldIdentities are the identities whose argument, optional, says where
@@ -286,12 +289,13 @@ var fieldIdentities = map[string]struct {
 }{
 	"email":  {ByEmail, defaultEmailField, validField, func(f string) string { return f }, "email(field) with a field of [A-Za-z0-9_.-]+"},
 	"tenant": {ByTenant, defaultTenantHeader, isToken, textproto.CanonicalMIMEHeaderKey, "tenant(Header-Name) with an RFC 9110 token as the header name"},
+	"jwt":    {ByJWT, defaultJWTClaim, validClaim, func(c string) string { return c }, "jwt(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments"},
 }
 
 // identity parses ip, email, email(field), tenant, tenant(Header),
-// header(Name) or global.
+// header(Name), jwt, jwt(claim) or global.
 func (rp *ruleParser) identity(r *Rule, s string) {
-	const expected = "identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got %q"
+	const expected = "identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name), jwt, jwt(claim) or global, got %q"
 	kind, arg, hasArg := s, "", false
 	if open := strings.IndexByte(s, '('); open >= 0 {
 		if !strings.HasSuffix(s, ")") {
@@ -310,7 +314,7 @@ func (rp *ruleParser) identity(r *Rule, s string) {
 		if kind == "global" {
 			r.Identity.Kind = ByGlobal
 		}
-	case "email", "tenant":
+	case "email", "tenant", "jwt":
 		f := fieldIdentities[kind]
 		r.Identity = Identity{Kind: f.kind, Field: f.def}
 		if hasArg {
@@ -344,6 +348,29 @@ func validField(s string) bool {
 		}
 	}
 	return true
+}
+
+// validClaim reports whether s names a claim of a token: segments of
+// [A-Za-z0-9_:/-]+ separated by single dots, such as "sub",
+// "app_metadata.tenant_id" or Auth0's namespaced
+// "https://example.com/plan" (see the jwt package for how a dotted path
+// is read).
+func validClaim(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_:/-.", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validPlanName reports whether s matches [A-Za-z0-9_.-]+.
+func validPlanName(s string) bool {
+	return validField(s)
 }
 
 // isToken reports whether s is an RFC 9110 token: one or more tchar.
@@ -407,6 +434,7 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 		bucket          string // the argument of sliding(...), if any
 		burst, cost     int64
 		burstOK, costOK = true, true
+		plans           []planSpec // as written; checked once the rest is known
 	)
 	for _, o := range opts {
 		switch {
@@ -432,6 +460,15 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 		case o == "shadow":
 			if once(o) {
 				r.Shadow = true
+			}
+		case o == "plans" || strings.HasPrefix(o, "plans(") || strings.HasPrefix(o, "plans="):
+			switch {
+			case !once("plans"):
+			case rp.onRLS:
+				// A descriptor carries no bearer token to read a plan from.
+				rp.problem("plans: expected plans only on a rule whose path is an HTTP path (a descriptor has no token), got %q", o)
+			default:
+				plans = rp.plans(r, o)
 			}
 		default:
 			key, val, _ := strings.Cut(o, "=")
@@ -475,7 +512,7 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 				}
 				r.CountAll = true
 			default:
-				rp.problem("options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N or count=all, got %q", o)
+				rp.problem("options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got %q", o)
 			}
 		}
 	}
@@ -524,6 +561,91 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 			rp.problem("cost: expected at most the limit %d, got \"cost=%d\"", r.Limit, cost)
 		}
 	}
+
+	if len(plans) > 0 && limitOK && windowOK && burstOK && costOK && algoOK {
+		rp.planRules(r, plans)
+	}
+}
+
+// planSpec is one "name:N/window" of a plans option.
+type planSpec struct {
+	entry string // as written, for messages
+	Plan
+}
+
+// plans parses "plans(claim)=name:N/window,...", setting r.PlanClaim and
+// returning the plans that parsed; it reports each problem of the syntax,
+// the claim and every entry.
+func (rp *ruleParser) plans(r *Rule, o string) []planSpec {
+	const syntax = "plans: expected plans(claim)=name:N/window,... such as plans(tier)=pro:10000/1d, got %q"
+	inner, list, ok := strings.Cut(strings.TrimPrefix(o, "plans("), ")=")
+	if !ok || !strings.HasPrefix(o, "plans(") || list == "" {
+		rp.problem(syntax, o)
+		return nil
+	}
+	if !validClaim(inner) {
+		rp.problem("plans: expected plans(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got %q", o)
+	} else {
+		r.PlanClaim = inner
+	}
+	var specs []planSpec
+	for entry := range strings.SplitSeq(list, ",") {
+		name, limit, ok := strings.Cut(entry, ":")
+		if !ok {
+			rp.problem("plans: expected name:N/window such as pro:10000/1d, got %q", entry)
+			continue
+		}
+		if !validPlanName(name) {
+			rp.problem("plans: expected a plan name of [A-Za-z0-9_.-]+, got %q", entry)
+			continue
+		}
+		count, window, ok := strings.Cut(limit, "/")
+		n, nErr := parseCount(count)
+		w, wErr := parseWindow(window)
+		if !ok || nErr == errSyntax || wErr == errSyntax {
+			rp.problem("plans: expected name:N/window such as pro:10000/1d, got %q", entry)
+			continue
+		}
+		if nErr != nil {
+			rp.problem("plans: expected a count from 1 to %d, got %q", MaxCount, entry)
+		}
+		if wErr != nil {
+			rp.problem("plans: expected a window from 1s to %s, got %q", FormatWindow(MaxWindow), entry)
+		}
+		if nErr != nil || wErr != nil {
+			continue
+		}
+		if slices.ContainsFunc(specs, func(s planSpec) bool { return s.Name == name }) {
+			rp.problem("plans: expected each plan once, got %q twice", name)
+			continue
+		}
+		specs = append(specs, planSpec{entry: entry, Plan: Plan{Name: name, Limit: n, Window: w}})
+	}
+	return specs
+}
+
+// planRules checks each plan against the rest of the rule, whose limit,
+// algorithm, burst and cost parsed without a problem, and gives r its plans with their rules (see
+// ForPlan). A request must be able to pass under every plan: the cost at
+// most the plan's limit (or a token rule's own burst), and a token rule's
+// own burst refilled within MaxWindow at the plan's rate.
+func (rp *ruleParser) planRules(r *Rule, specs []planSpec) {
+	ownBurst := r.Algorithm == Token && r.Burst != r.Limit
+	plans := make([]Plan, 0, len(specs))
+	for _, s := range specs {
+		switch {
+		case ownBurst && r.Burst > maxBurst(s.Limit, s.Window):
+			rp.problem("plans: expected a plan under which the burst %d refills within %s, got %q", r.Burst, FormatWindow(MaxWindow), s.entry)
+			continue
+		case !ownBurst && r.Cost > s.Limit:
+			rp.problem("plans: expected a limit of at least the cost %d, got %q", r.Cost, s.entry)
+			continue
+		}
+		p := s.Plan
+		p.rule = r.planRule(p.Limit, p.Window)
+		plans = append(plans, p)
+	}
+	r.Plans = plans
 }
 
 // algoKind returns the algorithm an option names: "sliding" for

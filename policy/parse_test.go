@@ -99,11 +99,11 @@ func TestParseErrors(t *testing.T) {
 
 		// Identity.
 		{"unknown identity", "login: POST /api/login by user 5/15m",
-			`line 1: rule "login": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got "user"`},
+			`line 1: rule "login": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name), jwt, jwt(claim) or global, got "user"`},
 		{"identity case", "login: POST /api/login by IP 5/15m",
-			`line 1: rule "login": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got "IP"`},
+			`line 1: rule "login": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name), jwt, jwt(claim) or global, got "IP"`},
 		{"unclosed argument", "login: POST /api/login by email(user 5/15m",
-			`line 1: rule "login": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got "email(user"`},
+			`line 1: rule "login": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name), jwt, jwt(claim) or global, got "email(user"`},
 		{"ip with argument", "login: POST /api/login by ip(64) 5/15m",
 			`line 1: rule "login": identity: expected ip without an argument, got "ip(64)"`},
 		{"global with argument", "login: POST /api/login by global() 5/15m",
@@ -120,6 +120,18 @@ func TestParseErrors(t *testing.T) {
 			`line 1: rule "login": identity: expected header(Name) with an RFC 9110 token as the header name, got "header"`},
 		{"bad header name", "login: POST /api/login by header(X/Key) 5/15m",
 			`line 1: rule "login": identity: expected header(Name) with an RFC 9110 token as the header name, got "header(X/Key)"`},
+		{"empty jwt claim", "api: GET /api by jwt() 5/15m",
+			`line 1: rule "api": identity: expected jwt(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "jwt()"`},
+		{"jwt claim with an empty segment", "api: GET /api by jwt(app_metadata..tenant) 5/15m",
+			`line 1: rule "api": identity: expected jwt(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "jwt(app_metadata..tenant)"`},
+		{"jwt claim with a leading dot", "api: GET /api by jwt(.tenant) 5/15m",
+			`line 1: rule "api": identity: expected jwt(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "jwt(.tenant)"`},
+		{"jwt claim with a trailing dot", "api: GET /api by jwt(tenant.) 5/15m",
+			`line 1: rule "api": identity: expected jwt(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "jwt(tenant.)"`},
+		{"jwt claim with a bad character", "api: GET /api by jwt(ten*ant) 5/15m",
+			`line 1: rule "api": identity: expected jwt(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "jwt(ten*ant)"`},
+		{"jwt claim not closed", "api: GET /api by jwt(sub 5/15m",
+			`line 1: rule "api": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name), jwt, jwt(claim) or global, got "jwt(sub"`},
 
 		// Limit (and see the limits that are not N/window below).
 		{"zero limit", "login: POST /api/login by ip 0/15m",
@@ -135,11 +147,11 @@ func TestParseErrors(t *testing.T) {
 
 		// Options.
 		{"unknown option", "login: POST /api/login by ip 5/15m slow",
-			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N or count=all, got "slow"`},
+			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got "slow"`},
 		{"option with a value it does not take", "login: POST /api/login by ip 5/15m shadow=true",
-			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N or count=all, got "shadow=true"`},
+			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got "shadow=true"`},
 		{"extra limit", "login: POST /api/login by ip 5/15m 10/1h",
-			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N or count=all, got "10/1h"`},
+			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got "10/1h"`},
 		{"duplicate option", "login: POST /api/login by ip 5/15m shadow shadow",
 			`line 1: rule "login": options: expected each option once, got "shadow" twice`},
 		{"duplicate valued option", "login: POST /api/login by ip 5/15m cost=1 cost=2",
@@ -195,13 +207,70 @@ func TestParseErrors(t *testing.T) {
 		{"sliding bucket not dividing", "login: POST /api/login by ip 5/15m sliding(7s)",
 			`line 1: rule "login": sliding: expected a bucket that divides the window 15m, got "sliding(7s)"`},
 
+		// Plans.
+		{"plans without a claim", "api: GET /api by jwt 5/1m plans=pro:10/1m",
+			`line 1: rule "api": plans: expected plans(claim)=name:N/window,... such as plans(tier)=pro:10000/1d, got "plans=pro:10/1m"`},
+		{"plans alone", "api: GET /api by jwt 5/1m plans",
+			`line 1: rule "api": plans: expected plans(claim)=name:N/window,... such as plans(tier)=pro:10000/1d, got "plans"`},
+		{"plans without a list", "api: GET /api by jwt 5/1m plans(tier)=",
+			`line 1: rule "api": plans: expected plans(claim)=name:N/window,... such as plans(tier)=pro:10000/1d, got "plans(tier)="`},
+		{"plans without =", "api: GET /api by jwt 5/1m plans(tier)",
+			`line 1: rule "api": plans: expected plans(claim)=name:N/window,... such as plans(tier)=pro:10000/1d, got "plans(tier)"`},
+		{"plans cut short by a comment", "api: GET /api by jwt 5/1m plans(ti#er)=pro:10/1m",
+			`line 1: rule "api": plans: expected plans(claim)=name:N/window,... such as plans(tier)=pro:10000/1d, got "plans(ti"`},
+		{"plans with a bad claim", "api: GET /api by jwt 5/1m plans(ti*er)=pro:10/1m",
+			`line 1: rule "api": plans: expected plans(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "plans(ti*er)=pro:10/1m"`},
+		{"plans with an empty claim", "api: GET /api by jwt 5/1m plans()=pro:10/1m",
+			`line 1: rule "api": plans: expected plans(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "plans()=pro:10/1m"`},
+		{"plans with a claim with an empty segment", "api: GET /api by jwt 5/1m plans(app..plan)=pro:10/1m",
+			`line 1: rule "api": plans: expected plans(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "plans(app..plan)=pro:10/1m"`},
+		{"plan without a limit", "api: GET /api by jwt 5/1m plans(tier)=pro",
+			`line 1: rule "api": plans: expected name:N/window such as pro:10000/1d, got "pro"`},
+		{"plan with a bad limit", "api: GET /api by jwt 5/1m plans(tier)=pro:10/1x",
+			`line 1: rule "api": plans: expected name:N/window such as pro:10000/1d, got "pro:10/1x"`},
+		{"plan without a window", "api: GET /api by jwt 5/1m plans(tier)=pro:10",
+			`line 1: rule "api": plans: expected name:N/window such as pro:10000/1d, got "pro:10"`},
+		{"empty plan in the list", "api: GET /api by jwt 5/1m plans(tier)=pro:10/1m,",
+			`line 1: rule "api": plans: expected name:N/window such as pro:10000/1d, got ""`},
+		{"plan without a name", "api: GET /api by jwt 5/1m plans(tier)=:10/1m",
+			`line 1: rule "api": plans: expected a plan name of [A-Za-z0-9_.-]+, got ":10/1m"`},
+		{"plan with a bad name", "api: GET /api by jwt 5/1m plans(tier)=p*o:10/1m",
+			`line 1: rule "api": plans: expected a plan name of [A-Za-z0-9_.-]+, got "p*o:10/1m"`},
+		{"plan with a zero count", "api: GET /api by jwt 5/1m plans(tier)=pro:0/1m",
+			`line 1: rule "api": plans: expected a count from 1 to 1000000000000, got "pro:0/1m"`},
+		{"plan with a zero window", "api: GET /api by jwt 5/1m plans(tier)=pro:10/0m",
+			`line 1: rule "api": plans: expected a window from 1s to 3650d, got "pro:10/0m"`},
+		{"plan with both out of range", "api: GET /api by jwt 5/1m plans(tier)=pro:0/3651d",
+			strings.Join([]string{
+				`line 1: rule "api": plans: expected a count from 1 to 1000000000000, got "pro:0/3651d"`,
+				`line 1: rule "api": plans: expected a window from 1s to 3650d, got "pro:0/3651d"`,
+			}, "\n")},
+		{"plan given twice", "api: GET /api by jwt 5/1m plans(tier)=pro:10/1m,team:20/1m,pro:30/1m",
+			`line 1: rule "api": plans: expected each plan once, got "pro" twice`},
+		{"plans option twice", "api: GET /api by jwt 5/1m plans(tier)=pro:10/1m plans(plan)=team:20/1m",
+			`line 1: rule "api": options: expected each option once, got "plans" twice`},
+		{"plan below the cost", "api: GET /api by jwt 5/1m cost=3 plans(tier)=free:2/1m,pro:10/1m",
+			`line 1: rule "api": plans: expected a limit of at least the cost 3, got "free:2/1m"`},
+		{"plan below the cost of a token rule", "api: GET /api by jwt 5/1m token cost=3 plans(tier)=free:2/1m",
+			`line 1: rule "api": plans: expected a limit of at least the cost 3, got "free:2/1m"`},
+		{"plan too slow for the burst", "api: GET /api by jwt 5/1m token burst=10 plans(tier)=slow:1/1000d",
+			`line 1: rule "api": plans: expected a plan under which the burst 10 refills within 3650d, got "slow:1/1000d"`},
+		{"every plan problem at once", "api: GET /api by jwt 5/1m plans(a..b)=x,:1/1s,p:0/1s,p:1/1s,p:2/2s",
+			strings.Join([]string{
+				`line 1: rule "api": plans: expected plans(claim) with a claim name or dotted path of [A-Za-z0-9_:/-] segments, got "plans(a..b)=x,:1/1s,p:0/1s,p:1/1s,p:2/2s"`,
+				`line 1: rule "api": plans: expected name:N/window such as pro:10000/1d, got "x"`,
+				`line 1: rule "api": plans: expected a plan name of [A-Za-z0-9_.-]+, got ":1/1s"`,
+				`line 1: rule "api": plans: expected a count from 1 to 1000000000000, got "p:0/1s"`,
+				`line 1: rule "api": plans: expected each plan once, got "p" twice`,
+			}, "\n")},
+
 		// Several problems, in source order, each with its line.
 		{"several problems",
 			"# rules\nlogin: POST /api/login by ip 5/15x\n\nok: GET /a by ip 1/1s\nBad: GET /b by ip 1/1s; x: GET /c by foo 0/1m cost=2 shadow shadow\nlogin: * /* by global 1/1s # again",
 			strings.Join([]string{
 				`line 2: rule "login": limit: expected N/window such as 5/15m, got "5/15x"`,
 				`line 5, column 1: name: expected [a-z0-9-]+, got "Bad"`,
-				`line 5, column 25: rule "x": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name) or global, got "foo"`,
+				`line 5, column 25: rule "x": identity: expected ip, email, email(field), tenant, tenant(Header-Name), header(Name), jwt, jwt(claim) or global, got "foo"`,
 				`line 5, column 25: rule "x": limit: expected a count from 1 to 1000000000000, got "0/1m"`,
 				`line 5, column 25: rule "x": options: expected each option once, got "shadow" twice`,
 				`line 6: rule "login": name: expected a unique name, got a duplicate of line 2`,
@@ -296,6 +365,85 @@ func rule(line int, name, methods, path string, prefix bool, id Identity, limit 
 		e(r)
 	}
 	return r
+}
+
+// setLine sets the Line of r and of its plans' rules, so that a rule
+// parsed from another source compares equal.
+func setLine(r *Rule, line int) {
+	r.Line = line
+	for _, p := range r.Plans {
+		if p.rule != nil {
+			p.rule.Line = line
+		}
+	}
+}
+
+// plans gives the rule of TestParse its plans, each with its rule as
+// ForPlan returns it; it must come after every other edit.
+func plans(claim string, ps ...Plan) func(*Rule) {
+	return func(r *Rule) {
+		r.PlanClaim = claim
+		for i := range ps {
+			ps[i].rule = r.planRule(ps[i].Limit, ps[i].Window)
+		}
+		r.Plans = ps
+	}
+}
+
+// TestForPlan checks the rule a plan counts by: the plan's limit and
+// window, a token rule's default burst following the plan and its own
+// kept, a sliding rule's bucket kept when it divides the plan's window.
+func TestForPlan(t *testing.T) {
+	p := mustParse(t, `f: GET /a by jwt 100/1d cost=2 shadow count=all fail=closed plans(tier)=pro:10000/1d,fast:50/1s
+s: GET /a by jwt 60/1m sliding(10s) plans(tier)=pro:600/1m,day:10000/1d,odd:7/7s
+t: GET /a by jwt 10/1m token plans(tier)=pro:100/1m
+tb: GET /a by jwt 10/1m token burst=20 plans(tier)=pro:100/1m`)
+	tests := []struct {
+		rule, plan     string
+		limit          int64
+		window, bucket time.Duration
+		burst          int64
+	}{
+		{"f", "pro", 10000, 24 * time.Hour, 0, 0},
+		{"f", "fast", 50, time.Second, 0, 0},
+		{"f", "Pro", 100, 24 * time.Hour, 0, 0}, // names are case-sensitive
+		{"f", "", 100, 24 * time.Hour, 0, 0},
+		{"s", "pro", 600, time.Minute, 10 * time.Second, 0},
+		{"s", "day", 10000, 24 * time.Hour, 10 * time.Second, 0},
+		{"s", "odd", 7, 7 * time.Second, time.Second, 0}, // 10s does not divide 7s: DefaultBucket(7s)
+		{"t", "pro", 100, time.Minute, 0, 100},           // the default burst follows the plan
+		{"t", "free", 10, time.Minute, 0, 10},
+		{"tb", "pro", 100, time.Minute, 0, 20}, // a burst of its own is kept
+	}
+	for _, tt := range tests {
+		r, _ := p.Lookup(tt.rule)
+		got := r.ForPlan(tt.plan)
+		if got.Limit != tt.limit || got.Window != tt.window || got.Bucket != tt.bucket || got.Burst != tt.burst {
+			t.Errorf("%s.ForPlan(%q) = %d/%v bucket %v burst %d, want %d/%v bucket %v burst %d",
+				tt.rule, tt.plan, got.Limit, got.Window, got.Bucket, got.Burst, tt.limit, tt.window, tt.bucket, tt.burst)
+		}
+		if got.Name != r.Name || got.Identity != r.Identity || got.Cost != r.Cost || got.Shadow != r.Shadow ||
+			got.CountAll != r.CountAll || got.Fail != r.Fail || got.Algorithm != r.Algorithm {
+			t.Errorf("%s.ForPlan(%q) = %+v: not the rule's counting but for the plan", tt.rule, tt.plan, *got)
+		}
+		if (got == r) != (got.Limit == r.Limit && got.Window == r.Window && tt.plan != "pro" && tt.plan != "day" && tt.plan != "odd" && tt.plan != "fast") {
+			t.Errorf("%s.ForPlan(%q) returned the rule itself: %v", tt.rule, tt.plan, got == r)
+		}
+		if got != r && (got.Plans != nil || got.PlanClaim != "") {
+			t.Errorf("%s.ForPlan(%q) has plans of its own", tt.rule, tt.plan)
+		}
+		if r.ForPlan(tt.plan) != got {
+			t.Errorf("%s.ForPlan(%q) is not the same rule twice", tt.rule, tt.plan)
+		}
+	}
+	// A rule built by hand gets its plan's rule too.
+	hand := &Rule{Name: "h", Limit: 1, Window: time.Second, Cost: 1, Plans: []Plan{{Name: "p", Limit: 5, Window: time.Minute}}}
+	if got := hand.ForPlan("p"); got.Limit != 5 || got.Window != time.Minute || hand.Limit != 1 {
+		t.Errorf("hand-built ForPlan = %+v", *got)
+	}
+	if n := testing.AllocsPerRun(100, func() { p.Rules()[0].ForPlan("fast") }); n > 1 { // Rules() clones its slice
+		t.Errorf("ForPlan allocates %v times", n)
+	}
 }
 
 func TestParse(t *testing.T) {
@@ -397,6 +545,28 @@ t2: * /a by ip 10/1m burst=25 token cost=25`, []*Rule{
 		{"largest burst", "t: * /a by ip 1/1000d token burst=3", []*Rule{
 			rule(1, "t", "*", "/a", false, ip, 1, 1000*24*time.Hour, token(3)),
 		}},
+		{"jwt identities", `a: GET /a by jwt 1/1s
+b: GET /a by jwt(sub) 1/1s
+c: GET /a by jwt(app_metadata.tenant_id) 1/1s
+d: GET /a by jwt(https://example.com/org-id) 1/1s`, []*Rule{
+			rule(1, "a", "GET", "/a", false, Identity{ByJWT, "sub"}, 1, time.Second),
+			rule(2, "b", "GET", "/a", false, Identity{ByJWT, "sub"}, 1, time.Second),
+			rule(3, "c", "GET", "/a", false, Identity{ByJWT, "app_metadata.tenant_id"}, 1, time.Second),
+			rule(4, "d", "GET", "/a", false, Identity{ByJWT, "https://example.com/org-id"}, 1, time.Second),
+		}},
+		{"plans", `f: GET /a by jwt 100/1d plans(app_metadata.plan)=pro:10000/1d,team:50000/1d,Free-2.0:1/1s
+s: GET /a by ip 60/1m sliding(10s) plans(tier)=pro:600/1m,day:10000/1d,odd:7/7s
+t: GET /a by jwt 10/1m token plans(tier)=pro:100/1m
+tb: GET /a by jwt 10/1m token burst=20 cost=5 plans(https://example.com/plan)=pro:100/1m,slow:20/1d`, []*Rule{
+			rule(1, "f", "GET", "/a", false, Identity{ByJWT, "sub"}, 100, 24*time.Hour,
+				plans("app_metadata.plan", Plan{Name: "pro", Limit: 10000, Window: 24 * time.Hour}, Plan{Name: "team", Limit: 50000, Window: 24 * time.Hour}, Plan{Name: "Free-2.0", Limit: 1, Window: time.Second})),
+			rule(2, "s", "GET", "/a", false, ip, 60, time.Minute, sliding(10*time.Second),
+				plans("tier", Plan{Name: "pro", Limit: 600, Window: time.Minute}, Plan{Name: "day", Limit: 10000, Window: 24 * time.Hour}, Plan{Name: "odd", Limit: 7, Window: 7 * time.Second})),
+			rule(3, "t", "GET", "/a", false, Identity{ByJWT, "sub"}, 10, time.Minute, token(10),
+				plans("tier", Plan{Name: "pro", Limit: 100, Window: time.Minute})),
+			rule(4, "tb", "GET", "/a", false, Identity{ByJWT, "sub"}, 10, time.Minute, token(20), func(r *Rule) { r.Cost = 5 },
+				plans("https://example.com/plan", Plan{Name: "pro", Limit: 100, Window: time.Minute}, Plan{Name: "slow", Limit: 20, Window: 24 * time.Hour})),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,6 +594,8 @@ func TestRuleStringRoundTrip(t *testing.T) {
 t: get,HEAD /API/Caf%C3%A9/a%2520b/* by header(x-key) 10/90s token burst=30 cost=7 shadow count=all fail=open
 e: POST /x%3Fy%23z%25 by email(user_name) 3/1d reset
 u: * /* by tenant(X-Org) 1/1s
+j: * /v1/* by jwt(app_metadata.tenant_id) 100/1d sliding plans(app_metadata.plan)=pro:10000/1d,team:50000/1d
+k: * /v1/* by jwt 10/1m token plans(https://example.com/plan)=pro:100/1m
 `
 	p := mustParse(t, src)
 	for _, r := range p.Rules() {
@@ -433,7 +605,7 @@ u: * /* by tenant(X-Org) 1/1s
 			continue
 		}
 		back := q.Rules()[0]
-		back.Line = r.Line
+		setLine(back, r.Line)
 		if !reflect.DeepEqual(back, r) {
 			t.Errorf("%q parsed back as %+v, want %+v", r.String(), *back, *r)
 		}
@@ -444,6 +616,14 @@ u: * /* by tenant(X-Org) 1/1s
 	}
 	want = "e: POST /x%3Fy%23z%25 by email(user_name) 3/1d reset"
 	if r, _ := p.Lookup("e"); r.String() != want {
+		t.Errorf("String() = %q, want %q", r.String(), want)
+	}
+	want = "j: * /v1/* by jwt(app_metadata.tenant_id) 100/1d sliding(24m) plans(app_metadata.plan)=pro:10000/1d,team:50000/1d"
+	if r, _ := p.Lookup("j"); r.String() != want {
+		t.Errorf("String() = %q, want %q", r.String(), want)
+	}
+	want = "k: * /v1/* by jwt 10/1m token burst=10 plans(https://example.com/plan)=pro:100/1m"
+	if r, _ := p.Lookup("k"); r.String() != want {
 		t.Errorf("String() = %q, want %q", r.String(), want)
 	}
 }
@@ -572,6 +752,10 @@ func TestParseRLSErrors(t *testing.T) {
 			`line 1: rule "d": ` + badDescriptor + `"descriptor(k=(v))"`},
 		{"unclosed", "d: * rls:edge by descriptor(k 5/1m",
 			`line 1: rule "d": ` + badDescriptor + `"descriptor(k"`},
+		{"plans on an rls rule", "d: * rls:edge by descriptor(remote_address) 5/1m plans(plan)=pro:10/1m",
+			`line 1: rule "d": plans: expected plans only on a rule whose path is an HTTP path (a descriptor has no token), got "plans(plan)=pro:10/1m"`},
+		{"jwt on an rls rule", "d: * rls:edge by jwt 5/1m",
+			`line 1: rule "d": ` + badDescriptor + `"jwt"`},
 		{"every problem of an rls rule", "d: GET rls:a/b by descriptor 0/1m cost=2",
 			strings.Join([]string{
 				`line 1: rule "d": methods: expected * on an rls: rule (descriptors have no method), got "GET"`,

@@ -210,12 +210,13 @@ func (r *Rule) PathString() string {
 
 // String returns the identity as written in the rule language, leaving out
 // default arguments: "ip", "email", "email(login)", "tenant",
-// "tenant(X-Org)", "header(X-Api-Key)", "global" or
-// "descriptor(generic_key=login,remote_address)".
+// "tenant(X-Org)", "header(X-Api-Key)", "jwt", "jwt(app_metadata.tenant)",
+// "global" or "descriptor(generic_key=login,remote_address)".
 func (id Identity) String() string {
 	switch {
 	case id.Kind == ByEmail && id.Field != defaultEmailField,
 		id.Kind == ByTenant && id.Field != defaultTenantHeader,
+		id.Kind == ByJWT && id.Field != defaultJWTClaim,
 		id.Kind == ByHeader, id.Kind == ByDescriptor:
 		return id.Kind.String() + "(" + id.Field + ")"
 	}
@@ -251,7 +252,34 @@ func (r *Rule) options() []string {
 	if r.CountAll {
 		opts = append(opts, "count=all")
 	}
+	if len(r.Plans) > 0 {
+		opts = append(opts, r.PlansString())
+	}
 	return opts
+}
+
+// Spec returns the plan's limit as written in the rule language, such as
+// "10000/1d".
+func (p Plan) Spec() string {
+	return strconv.FormatInt(p.Limit, 10) + "/" + FormatWindow(p.Window)
+}
+
+// PlansString returns the rule's plans option as written in the rule
+// language, such as "plans(tier)=pro:10000/1d,team:50000/1d", or "" when
+// the rule has no plans.
+func (r *Rule) PlansString() string {
+	if len(r.Plans) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("plans(" + r.PlanClaim + ")=")
+	for i, p := range r.Plans {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(p.Name + ":" + p.Spec())
+	}
+	return b.String()
 }
 
 // String returns the rule in the rule language, with every default that

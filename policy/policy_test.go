@@ -226,18 +226,21 @@ func mustParse(t testing.TB, src string) *Policy {
 
 func TestWriteTable(t *testing.T) {
 	p := mustParse(t, specExample+"keys: get,HEAD /V1/* by header(x-api-key) 10/1s token burst=20 cost=2 shadow count=all\n"+
-		"who: POST /who by email(login) 1/90s reset fail=local; org: * /org by tenant(X-Org) 1/1s")
-	want := `NAME      METHODS   PATH                 IDENTITY           LIMIT    ALGORITHM    OPTIONS
-login     POST      /api/login           ip                 5/15m    fixed        -
-register  POST      /api/register        ip                 3/1h     fixed        -
-reset     POST      /api/password-reset  email              3/1h     sliding(1m)  -
-reset-ip  POST      /api/password-reset  ip                 5/1m     fixed        -
-send      *         /api/send-email      tenant             100/1h   fixed        -
-query     GET,POST  /api/query           tenant             1000/1d  fixed        -
-global    *         /api/*               global             1000/1m  sliding(1s)  fail=closed
-keys      GET,HEAD  /v1/*                header(X-Api-Key)  10/1s    token        burst=20 shadow cost=2 count=all
-who       POST      /who                 email(login)       1/90s    reset        fail=local
-org       *         /org                 tenant(X-Org)      1/1s     fixed        -
+		"who: POST /who by email(login) 1/90s reset fail=local; org: * /org by tenant(X-Org) 1/1s\n"+
+		"user: * /v2/* by jwt 100/1d plans(app_metadata.plan)=pro:10000/1d,team:50000/1d; tid: * /v2/* by jwt(app_metadata.tenant_id) 10/1s")
+	want := `NAME      METHODS   PATH                 IDENTITY                     LIMIT    ALGORITHM    OPTIONS
+login     POST      /api/login           ip                           5/15m    fixed        -
+register  POST      /api/register        ip                           3/1h     fixed        -
+reset     POST      /api/password-reset  email                        3/1h     sliding(1m)  -
+reset-ip  POST      /api/password-reset  ip                           5/1m     fixed        -
+send      *         /api/send-email      tenant                       100/1h   fixed        -
+query     GET,POST  /api/query           tenant                       1000/1d  fixed        -
+global    *         /api/*               global                       1000/1m  sliding(1s)  fail=closed
+keys      GET,HEAD  /v1/*                header(X-Api-Key)            10/1s    token        burst=20 shadow cost=2 count=all
+who       POST      /who                 email(login)                 1/90s    reset        fail=local
+org       *         /org                 tenant(X-Org)                1/1s     fixed        -
+user      *         /v2/*                jwt                          100/1d   fixed        plans(app_metadata.plan)=pro:10000/1d,team:50000/1d
+tid       *         /v2/*                jwt(app_metadata.tenant_id)  10/1s    fixed        -
 `
 	var b strings.Builder
 	if err := p.WriteTable(&b); err != nil {

@@ -89,6 +89,10 @@ const (
 	// that the rule's pattern leaves open ("by descriptor(k1,k2=v)", on
 	// an rls:DOMAIN rule only); Identity.Field is the pattern as written.
 	ByDescriptor
+	// ByJWT counts by the claim Identity.Field of a verified bearer token
+	// ("by jwt", "by jwt(claim)"; default claim "sub"). A dotted path
+	// reads a nested claim: "app_metadata.tenant_id".
+	ByJWT
 )
 
 func (k IdentityKind) String() string {
@@ -105,6 +109,8 @@ func (k IdentityKind) String() string {
 		return "global"
 	case ByDescriptor:
 		return "descriptor"
+	case ByJWT:
+		return "jwt"
 	}
 	return "unknown"
 }
@@ -112,10 +118,11 @@ func (k IdentityKind) String() string {
 // Identity names the identifier a rule counts by.
 type Identity struct {
 	Kind IdentityKind
-	// Field is the body or query field for ByEmail (default "email") and
-	// the canonical header name for ByTenant (default "X-Tenant-Id") and
-	// ByHeader, and the pattern as written for ByDescriptor ("k1,k2=v").
-	// It is empty for ByIP and ByGlobal.
+	// Field is the body or query field for ByEmail (default "email"), the
+	// canonical header name for ByTenant (default "X-Tenant-Id") and
+	// ByHeader, the claim name or dotted path for ByJWT (default "sub"),
+	// and the pattern as written for ByDescriptor ("k1,k2=v"). It is
+	// empty for ByIP and ByGlobal.
 	Field string
 }
 
@@ -147,4 +154,68 @@ type Rule struct {
 	// Descriptor is the descriptor(...) pattern of an rls: rule, in order
 	// (see MatchesDescriptor); nil for HTTP rules.
 	Descriptor []DescriptorEntry
+
+	// PlanClaim is the claim of a verified bearer token whose value picks
+	// one of Plans ("plans(claim)=..."): a claim name or a dotted path,
+	// like ByJWT's Field. It is empty when the rule has no plans.
+	PlanClaim string
+	// Plans are the rule's limits by plan, in source order; nil without
+	// "plans(...)". See ForPlan.
+	Plans []Plan
+}
+
+// Plan is one limit of a rule's "plans(claim)=name:N/window,..." option:
+// a request whose verified claim PlanClaim equals Name is counted with
+// Limit per Window instead of the rule's own.
+type Plan struct {
+	Name   string // [A-Za-z0-9_.-]+, compared case-sensitively
+	Limit  int64
+	Window time.Duration
+	// rule is the rule as counted under this plan (see ForPlan).
+	rule *Rule
+}
+
+// ForPlan returns the rule to count a request by when its verified plan
+// claim has the value plan: the rule as counted under the plan of that
+// name, or r itself when no plan has that name (or r has no plans).
+//
+// The rule of a plan is a copy of r with the plan's Limit and Window,
+// shared and read-only like r, and without plans of its own. Its burst and
+// bucket follow the plan as limiter.OverrideParams makes them follow an
+// override: a token rule's default burst (recorded as its limit) becomes
+// the plan's limit, a burst of its own is kept; a sliding rule keeps its
+// bucket when the bucket divides the plan's window, and otherwise gets
+// DefaultBucket of that window. It has r's name, so it counts in the same
+// counters as r: a key's override still beats its plan, and a key whose
+// plan changes keeps what it used so far, as under a reload that changes
+// the limit. (An override of a key counted under a plan applies to the
+// plan's rule, so in the rare rule whose bucket does not divide a plan's
+// window, the override's bucket follows the plan's.)
+//
+// It does not allocate for the rules Parse returns.
+func (r *Rule) ForPlan(plan string) *Rule {
+	for i := range r.Plans {
+		if p := &r.Plans[i]; p.Name == plan {
+			if p.rule == nil { // a Rule built by hand, not by Parse
+				return r.planRule(p.Limit, p.Window)
+			}
+			return p.rule
+		}
+	}
+	return r
+}
+
+// planRule returns r as counted under the plan of this limit and window
+// (see ForPlan).
+func (r *Rule) planRule(limit int64, window time.Duration) *Rule {
+	v := *r
+	v.PlanClaim, v.Plans = "", nil
+	v.Limit, v.Window = limit, window
+	if r.Algorithm == Token && r.Burst == r.Limit {
+		v.Burst = limit
+	}
+	if r.Algorithm == Sliding && (r.Bucket <= 0 || window%r.Bucket != 0) {
+		v.Bucket = DefaultBucket(window)
+	}
+	return &v
 }
