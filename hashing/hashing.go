@@ -67,8 +67,47 @@ func New(key []byte) (*Hasher, error) {
 // (see IPGroup and CanonicalEmail): Key hashes bytes as given.
 func (h *Hasher) Key(domain, value string) string {
 	st := h.pool.Get().(*hasherState)
-	st.mac.Reset()
 	st.msg = append(st.msg[:0], domain...)
+	return h.sum(st, value)
+}
+
+// JWTKey returns the key of a verified token's claim: Key of the domain
+// JWTDomain(issuer, claim) and the claim's value, built without
+// allocating the domain. The kind of identity, the issuer and the claim
+// are all part of the HMAC input, so a user whose sub is "1.2.3.4" never
+// shares a key with the IP 1.2.3.4, a header or email of that value, a
+// user of another issuer, or the same value of another claim.
+func (h *Hasher) JWTKey(issuer, claim, value string) string {
+	st := h.pool.Get().(*hasherState)
+	st.msg = appendJWTDomain(st.msg[:0], issuer, claim)
+	return h.sum(st, value)
+}
+
+// JWTDomain returns the Key domain of a claim of tokens verified against
+// issuer ("" when tokens of any issuer are accepted): "jwt:", the length
+// of issuer in decimal, ":", issuer, ":", claim. The length makes the
+// encoding of the pair unambiguous whatever the issuer holds (an issuer
+// "a:b" with claim "c" is not issuer "a" with claim "b:c"), and the "jwt:"
+// prefix keeps it apart from every other kind's domain ("ip", "email",
+// ...), none of which holds a colon. Like every domain, issuer and claim
+// must contain no zero byte.
+func JWTDomain(issuer, claim string) string {
+	return string(appendJWTDomain(nil, issuer, claim))
+}
+
+func appendJWTDomain(b []byte, issuer, claim string) []byte {
+	b = append(b, "jwt:"...)
+	b = strconv.AppendInt(b, int64(len(issuer)), 10)
+	b = append(b, ':')
+	b = append(b, issuer...)
+	b = append(b, ':')
+	return append(b, claim...)
+}
+
+// sum finishes Key: st.msg holds the domain; it appends the zero byte and
+// value, and returns the encoded HMAC of the whole, putting st back.
+func (h *Hasher) sum(st *hasherState, value string) string {
+	st.mac.Reset()
 	st.msg = append(st.msg, 0)
 	st.msg = append(st.msg, value...)
 	st.mac.Write(st.msg)

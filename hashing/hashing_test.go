@@ -75,6 +75,56 @@ func TestKeySeparatesDomainsAndKeys(t *testing.T) {
 	add("tenant/emailx", h1.Key("tenant", "emailx"))
 }
 
+// TestJWTKey: a claim's key is Key under JWTDomain, and the kind, the
+// issuer and the claim all separate keys: a sub of "1.2.3.4" is not the
+// IP 1.2.3.4, and no issuer and claim split differently collide.
+func TestJWTKey(t *testing.T) {
+	key := []byte("test-key")
+	h, _ := New(key)
+	for _, tt := range []struct{ issuer, claim, value, domain string }{
+		{"", "sub", "user-1", "jwt:0::sub"},
+		{"https://issuer.example/", "sub", "user-1", "jwt:23:https://issuer.example/:sub"},
+		{"a:b", "c", "v", "jwt:3:a:b:c"},
+		{"https://x.supabase.co/auth/v1", "app_metadata.tenant_id", "42", "jwt:29:https://x.supabase.co/auth/v1:app_metadata.tenant_id"},
+	} {
+		if got := JWTDomain(tt.issuer, tt.claim); got != tt.domain {
+			t.Errorf("JWTDomain(%q, %q) = %q, want %q", tt.issuer, tt.claim, got, tt.domain)
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(tt.domain + "\x00" + tt.value))
+		want := base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+		for range 2 { // twice, so that a pooled state that was not reset would show
+			if got := h.JWTKey(tt.issuer, tt.claim, tt.value); got != want {
+				t.Errorf("JWTKey(%q, %q, %q) = %q, want %q", tt.issuer, tt.claim, tt.value, got, want)
+			}
+		}
+		if got := h.Key(tt.domain, tt.value); got != want {
+			t.Errorf("Key(%q, %q) = %q, want JWTKey's %q", tt.domain, tt.value, got, want)
+		}
+	}
+
+	seen := map[string]string{}
+	add := func(name, k string) {
+		t.Helper()
+		if prev, ok := seen[k]; ok {
+			t.Errorf("%s collides with %s", name, prev)
+		}
+		seen[k] = name
+	}
+	for _, kind := range []string{"ip", "email", "tenant", "header", "global"} {
+		add(kind+" 1.2.3.4", h.Key(kind, "1.2.3.4"))
+	}
+	for _, p := range [][2]string{
+		{"", "sub"}, {"iss", "sub"}, {"iss:", "sub"}, {"iss", ":sub"}, {"a:b", "c"}, {"a", "b:c"},
+		{"", "ip"}, {"jwt", "sub"}, {"1", "sub"}, {"", "1:sub"}, {"iss", "tenant"},
+	} {
+		add("jwt "+p[0]+" "+p[1]+" 1.2.3.4", h.JWTKey(p[0], p[1], "1.2.3.4"))
+	}
+	if n := testing.AllocsPerRun(100, func() { h.JWTKey("https://issuer.example/", "sub", "user-1") }); n > 1 {
+		t.Errorf("JWTKey allocates %v times, want only its result", n)
+	}
+}
+
 func TestKeyConcurrent(t *testing.T) {
 	h, _ := New([]byte("k"))
 	want := h.Key("email", "a@example.com")
