@@ -16,6 +16,9 @@ var layers = map[string][]string{
 	"policy":     nil,
 	"hashing":    nil,
 	"migrations": nil,
+	// Verified bearer tokens and their key sets, and their test support.
+	"jwt":         nil,
+	"jwt/jwttest": nil,
 	// Decisions: the Store interface, the fast path, the breaker, the fail
 	// modes; then one package per store, which know nothing of HTTP.
 	"limiter":           {"policy"},

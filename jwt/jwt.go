@@ -1,0 +1,518 @@
+// Package jwt verifies bearer tokens, so that sluice can count requests by
+// who signed in: JWS verification of JSON Web Tokens (RFC 7515, 7519) in
+// compact form, with keys from a JWKS URL, a JWKS file or an HMAC secret,
+// and the refresh of those key sets.
+//
+// Nothing a token says about how to verify it is trusted: its "alg" must
+// be allowed and fit the key it names, it never brings or points at a key
+// of its own, and "crit" is refused. The signature itself is checked by
+// go-jose (github.com/go-jose/go-jose/v4); this package decides which key
+// and algorithm may check it, and what the verified claims say.
+//
+// A token, or any part of one, never appears in a log line, a metric or
+// an error of this package.
+//
+// It imports nothing of sluice: the proxy reads the token and keys the
+// verified claim (hashing.JWTKey), the gateway runs the key sets' refresh.
+package jwt
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap"
+)
+
+// Defaults and limits.
+const (
+	// MaxTokenBytes is the largest token Verify reads (8 KiB): far above a
+	// real token, and a bound on the work an unverified one can cause.
+	MaxTokenBytes = 8 << 10
+	// DefaultLeeway is Config.Leeway's default: how far exp, nbf and iat
+	// may be off, for clocks that disagree.
+	DefaultLeeway = 30 * time.Second
+	// DefaultRefresh is how often a JWKS URL is fetched when its response
+	// says nothing of caching.
+	DefaultRefresh = 10 * time.Minute
+	// MinRefresh and MaxRefresh bound the refresh interval a JWKS
+	// response's Cache-Control max-age asks for: no-cache, no-store or a
+	// small max-age never make sluice fetch more often than once a minute,
+	// and a long one never keeps a key the issuer removed for more than an
+	// hour.
+	MinRefresh = time.Minute
+	MaxRefresh = time.Hour
+	// EarlyRefreshGap is the least time between a refresh that a token with
+	// an unknown "kid" asks for and the fetch before it, so that made-up
+	// kids never flood the issuer.
+	EarlyRefreshGap = 30 * time.Second
+	// DefaultFetchTimeout bounds one fetch of a JWKS URL when Config.Client
+	// is nil.
+	DefaultFetchTimeout = 10 * time.Second
+	// maxUntargeted is how many keys a token without a "kid" is tried
+	// against; a set with more keys of its algorithm needs the kid.
+	maxUntargeted = 4
+	// firstRetry and maxRetry are the waits after a failed fetch: 5 s,
+	// doubled after each further failure, at most a minute.
+	firstRetry = 5 * time.Second
+	maxRetry   = time.Minute
+)
+
+// Off turns off an option that can be off (Config.Leeway). It is not zero
+// because zero means the option's default.
+const Off = -1
+
+// Config configures a Verifier. At least one of JWKSURL, JWKSFile and
+// Secret is required; JWKSURL and JWKSFile exclude each other. Every other
+// field documents its zero value.
+type Config struct {
+	// JWKSURL is fetched by Run: at once, then as often as its
+	// Cache-Control says (DefaultRefresh without one, between MinRefresh
+	// and MaxRefresh), and early when a token names an unknown kid. http
+	// or https.
+	JWKSURL string
+	// JWKSFile is a JWK set read by New and again by Reload.
+	JWKSFile string
+	// Secret is the HMAC key of HS256, HS384 and HS512 tokens, its bytes
+	// as they are; at least 32 bytes (HS256's hash length, RFC 7518
+	// section 3.2).
+	Secret []byte
+	// Issuer, when set, is the only "iss" accepted. It is also part of
+	// every key (see hashing.Hasher.JWTKey).
+	Issuer string
+	// Audiences, when set, are the values of which "aud" must hold one.
+	Audiences []string
+	// Algorithms are the allowed "alg" values. Empty means every algorithm
+	// the configured keys can verify: RS256 to RS512, PS256 to PS512,
+	// ES256, ES384, ES512 and EdDSA with a JWKS, and with a Secret the HS
+	// algorithms its length allows. "none" is never allowed.
+	Algorithms []string
+	// Leeway is how far in the past exp, and in the future nbf and iat,
+	// may be. Zero means DefaultLeeway; Off means none.
+	Leeway time.Duration
+	// Client fetches JWKSURL. Nil means an http.Client with a
+	// DefaultFetchTimeout timeout.
+	Client *http.Client
+	// Now is the clock of exp, nbf, iat, the refresh schedule and the key
+	// set's age. Nil means time.Now.
+	Now func() time.Time
+	// Logger logs refreshes and their failures. Nil means zap.NewNop().
+	Logger *zap.Logger
+	// Metrics counts verifications and refreshes. Nil counts nothing.
+	Metrics *Metrics
+}
+
+// Verifier verifies bearer tokens. It is safe for simultaneous use by
+// multiple goroutines. Run keeps the key set of a JWKS URL fresh; Reload
+// re-reads a JWKS file.
+type Verifier struct {
+	jwksURL  string // "" without one
+	urlLabel string // the URL for log lines: no user information, no query
+	file     string
+	secret   []byte
+	issuer   string
+	aud      []string
+	allowed  []*algorithm
+	leeway   time.Duration
+	client   *http.Client
+	now      func() time.Time
+	log      *zap.Logger
+	metrics  *Metrics
+
+	set atomic.Pointer[keySet] // the keys of the URL or the file; nil before the first
+
+	// nextEarly is the Unix nanosecond before which no early refresh may
+	// start: EarlyRefreshGap after the start of the last fetch or of the
+	// last early refresh asked for.
+	nextEarly atomic.Int64
+	kick      chan struct{} // asks Run for an early refresh
+
+	fetchMu   sync.Mutex // one fetch or read at a time; guards the fields below
+	lastFetch time.Time  // when the last fetch started; zero before the first
+	wait      time.Duration
+	failures  int
+
+	// Seams for tests: the timer Run waits on, and a hook called after
+	// every fetch or read with its error.
+	after   func(time.Duration) (<-chan time.Time, func() bool)
+	onFetch func(error)
+}
+
+// New returns a Verifier for cfg, having read cfg.JWKSFile if set, or an
+// error that names every invalid field. It starts nothing: Run fetches a
+// JWKS URL.
+func New(cfg Config) (*Verifier, error) {
+	v := &Verifier{
+		file:    cfg.JWKSFile,
+		secret:  slices.Clone(cfg.Secret),
+		issuer:  cfg.Issuer,
+		aud:     slices.Clone(cfg.Audiences),
+		leeway:  cfg.Leeway,
+		client:  cfg.Client,
+		now:     cfg.Now,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
+		kick:    make(chan struct{}, 1),
+		after:   timer,
+		onFetch: func(error) {},
+	}
+	var errs []error
+	problem := func(format string, args ...any) { errs = append(errs, fmt.Errorf("jwt: "+format, args...)) }
+	if cfg.JWKSURL == "" && cfg.JWKSFile == "" && len(cfg.Secret) == 0 {
+		problem("a JWKS URL, a JWKS file or a secret is required")
+	}
+	if cfg.JWKSURL != "" && cfg.JWKSFile != "" {
+		problem("a JWKS URL and a JWKS file exclude each other")
+	}
+	if cfg.JWKSURL != "" {
+		u, err := url.Parse(cfg.JWKSURL)
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			problem("JWKS URL: expected an http or https URL")
+		} else {
+			v.jwksURL = cfg.JWKSURL
+			v.urlLabel = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+		}
+	}
+	if n := len(cfg.Secret); n > 0 && n < 32 {
+		problem("secret: expected at least 32 bytes (the length of HS256's hash), got %d", n)
+	}
+	if strings.ContainsFunc(cfg.Issuer, isControl) {
+		problem("issuer: expected no control characters")
+	}
+	for _, a := range cfg.Audiences {
+		if a == "" || strings.ContainsFunc(a, isControl) {
+			problem("audience: expected a non-empty value without control characters")
+			break
+		}
+	}
+	if cfg.Leeway < 0 && cfg.Leeway != Off {
+		problem("leeway %v: must be Off or not negative", cfg.Leeway)
+	}
+	jwks := cfg.JWKSURL != "" || cfg.JWKSFile != ""
+	if len(cfg.Algorithms) == 0 {
+		for _, a := range algorithms {
+			if a.kind == kindHMAC && len(cfg.Secret) >= a.hmacMin || a.kind != kindHMAC && jwks {
+				v.allowed = append(v.allowed, a)
+			}
+		}
+	}
+	for i, name := range cfg.Algorithms {
+		a := algorithmNamed(name)
+		switch {
+		case strings.EqualFold(name, "none"):
+			problem(`algorithms: "none" is never allowed`)
+		case a == nil:
+			problem("algorithms: unknown algorithm %q (expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256, HS384 or HS512)", name)
+		case slices.Contains(cfg.Algorithms[:i], name):
+			problem("algorithms: %s given twice", name)
+		case a.kind == kindHMAC && len(cfg.Secret) == 0:
+			problem("algorithms: %s needs a secret", name)
+		case a.kind == kindHMAC && len(cfg.Secret) < a.hmacMin:
+			problem("algorithms: %s needs a secret of at least %d bytes, got %d", name, a.hmacMin, len(cfg.Secret))
+		case a.kind != kindHMAC && !jwks:
+			problem("algorithms: %s needs a JWKS URL or file", name)
+		default:
+			v.allowed = append(v.allowed, a)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	switch v.leeway {
+	case 0:
+		v.leeway = DefaultLeeway
+	case Off:
+		v.leeway = 0
+	}
+	if v.client == nil {
+		v.client = &http.Client{Timeout: DefaultFetchTimeout}
+	}
+	if v.now == nil {
+		v.now = time.Now
+	}
+	if v.log == nil {
+		v.log = zap.NewNop()
+	}
+	if v.file != "" {
+		if err := v.Reload(); err != nil {
+			return nil, err
+		}
+	}
+	v.metrics.attach(v)
+	return v, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || 0x80 <= r && r < 0xa0 }
+
+// Issuer returns Config.Issuer: the issuer every token is checked against
+// ("" for any), which is part of every key of a claim.
+func (v *Verifier) Issuer() string { return v.issuer }
+
+// Algorithms returns the allowed algorithms, for display.
+func (v *Verifier) Algorithms() []string {
+	names := make([]string, len(v.allowed))
+	for i, a := range v.allowed {
+		names[i] = a.name
+	}
+	return names
+}
+
+// Verify verifies token, a JWS in compact serialization (the credentials
+// of "Authorization: Bearer"); "" means the request had none. It returns
+// the token's claims when the result is Valid, and nil otherwise.
+//
+// A token is valid when: it is at most MaxTokenBytes of base64url in
+// three canonical segments; its header and payload are JSON objects with
+// distinct member names (see decodeObject); its header names no critical
+// extension and carries no key and no key URL ("jwk", "jku", "x5u",
+// "x5c"); its "alg" is allowed and fits a key (see Result); the signature
+// verifies with that key; its payload is a JSON object too; "iss" is the
+// Issuer and "aud" holds one of the Audiences when those are set; "exp" is
+// a number not past by more than the leeway, "nbf" and "iat", when
+// present, numbers not ahead by more than it. The result says which check
+// failed first, in that order.
+//
+// A token whose kid no key has fails as UnknownKey at once, and asks Run
+// for an early refresh: a request never waits on a fetch.
+func (v *Verifier) Verify(token string) (*Claims, Result) {
+	c, r := v.verify(token)
+	v.metrics.count(r)
+	return c, r
+}
+
+// refusedHeaders are the header parameters whose presence makes a token
+// malformed: "crit" (RFC 7515 section 4.1.11 lets a verifier refuse what
+// it does not understand, and sluice understands no extension), the key
+// and key URLs a token may carry (a token never chooses its own key, and
+// sluice never fetches a URL a client wrote), "b64" (RFC 7797's unencoded
+// payloads), and the JWE parameters "enc" and "zip".
+var refusedHeaders = []string{"crit", "jwk", "jku", "x5u", "x5c", "b64", "enc", "zip"}
+
+var segment = base64.RawURLEncoding.Strict()
+
+func (v *Verifier) verify(token string) (*Claims, Result) {
+	if token == "" {
+		return nil, Missing
+	}
+	if len(token) > MaxTokenBytes || !tokenChars(token) {
+		return nil, Malformed
+	}
+	// Exactly three segments: a JWE (five) or anything else is refused.
+	h, rest, _ := strings.Cut(token, ".")
+	p, s, ok := strings.Cut(rest, ".")
+	if !ok || strings.IndexByte(s, '.') >= 0 {
+		return nil, Malformed
+	}
+	// Canonical base64url only, so that no token has a second spelling.
+	// go-jose decodes the same segments again, to the same bytes.
+	rawHeader, err := segment.DecodeString(h)
+	if err != nil {
+		return nil, Malformed
+	}
+	if _, err := segment.DecodeString(p); err != nil {
+		return nil, Malformed
+	}
+	sig, err := segment.DecodeString(s)
+	if err != nil {
+		return nil, Malformed
+	}
+	header, ok := decodeObject(rawHeader)
+	if !ok {
+		return nil, Malformed
+	}
+	for _, name := range refusedHeaders {
+		if _, present := header[name]; present {
+			return nil, Malformed
+		}
+	}
+	algName, ok := header["alg"].(string)
+	if !ok {
+		return nil, Malformed
+	}
+	kid, hasKid := header["kid"].(string)
+	if _, present := header["kid"]; present && !hasKid {
+		return nil, Malformed
+	}
+	a := v.allowedAlgorithm(algName)
+	if a == nil {
+		return nil, AlgorithmRefused
+	}
+	if len(sig) == 0 {
+		return nil, Malformed // a stripped signature
+	}
+	var buf [maxUntargeted]any
+	keys, res := v.keysFor(a, kid, hasKid, buf[:0])
+	if res != Valid {
+		return nil, res
+	}
+	jws, err := parseSigned(token, a)
+	if err != nil {
+		return nil, Malformed
+	}
+	var payload []byte
+	for _, k := range keys {
+		if payload, err = jws.Verify(k); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, BadSignature
+	}
+	// The claims are read from the bytes the signature covers, as go-jose
+	// returned them.
+	m, ok := decodeObject(payload)
+	if !ok {
+		return nil, Malformed
+	}
+	c := &Claims{m: m}
+	if res := v.checkClaims(c); res != Valid {
+		return nil, res
+	}
+	return c, Valid
+}
+
+// parseSigned parses token with go-jose, allowing algorithm a only.
+func parseSigned(token string, a *algorithm) (*jose.JSONWebSignature, error) {
+	return jose.ParseSignedCompact(token, a.allowed)
+}
+
+// tokenChars reports whether s holds only base64url characters and dots.
+func tokenChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// allowedAlgorithm returns the allowed algorithm of this exact name, or
+// nil ("none" is never allowed).
+func (v *Verifier) allowedAlgorithm(name string) *algorithm {
+	for _, a := range v.allowed {
+		if a.name == name {
+			return a
+		}
+	}
+	return nil
+}
+
+// keysFor appends to dst the keys that may verify a token of algorithm a
+// and, when hasKid, key id kid: the secret for an HMAC algorithm (a kid
+// is then ignored: the secret is the one HMAC key), else the keys of the
+// set with that kid, or without a kid every key, that fit a. Its result
+// is Valid when there are keys to try.
+func (v *Verifier) keysFor(a *algorithm, kid string, hasKid bool, dst []any) ([]any, Result) {
+	if a.kind == kindHMAC {
+		if len(v.secret) < a.hmacMin {
+			return nil, AlgorithmRefused
+		}
+		return append(dst, v.secret), Valid
+	}
+	set := v.set.Load()
+	if set == nil || len(set.keys) == 0 {
+		v.refreshSoon()
+		return nil, UnknownKey
+	}
+	named := false
+	for i := range set.keys {
+		k := &set.keys[i]
+		if hasKid && k.kid != kid {
+			continue
+		}
+		named = true
+		if !k.fits(a) {
+			continue
+		}
+		if len(dst) == maxUntargeted {
+			if hasKid {
+				break // a set that repeats a kid this often gets the first few tried
+			}
+			return nil, UnknownKey
+		}
+		dst = append(dst, k.pub)
+	}
+	switch {
+	case hasKid && !named:
+		v.refreshSoon()
+		return nil, UnknownKey
+	case len(dst) == 0:
+		return nil, AlgorithmRefused
+	}
+	return dst, Valid
+}
+
+// checkClaims checks the claims of a verified token: iss, aud, then exp,
+// nbf and iat.
+func (v *Verifier) checkClaims(c *Claims) Result {
+	if v.issuer != "" {
+		if iss, _ := c.m["iss"].(string); iss != v.issuer {
+			return WrongIssuer
+		}
+	}
+	if len(v.aud) > 0 && !v.audienceMatches(c.m["aud"]) {
+		return WrongAudience
+	}
+	now := float64(v.now().UnixNano()) / 1e9
+	leeway := v.leeway.Seconds()
+	exp, present, ok := c.number("exp")
+	if !present || !ok {
+		return Malformed
+	}
+	if now >= exp+leeway {
+		return Expired
+	}
+	for _, name := range [...]string{"nbf", "iat"} {
+		t, present, ok := c.number(name)
+		switch {
+		case !present:
+		case !ok:
+			return Malformed
+		case t > now+leeway:
+			return NotYetValid
+		}
+	}
+	return Valid
+}
+
+// audienceMatches reports whether aud, a string or an array of strings
+// (RFC 7519 section 4.1.3), holds one of the configured audiences.
+func (v *Verifier) audienceMatches(aud any) bool {
+	switch aud := aud.(type) {
+	case string:
+		return slices.Contains(v.aud, aud)
+	case []any:
+		for _, a := range aud {
+			if s, ok := a.(string); ok && slices.Contains(v.aud, s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// timer is the production Verifier.after.
+func timer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// readFile reads at most maxJWKSBytes+1 bytes of a JWKS file.
+func readFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readLimited(f)
+}

@@ -1,0 +1,248 @@
+// Package jwttest is test support for verified identities: tokens minted
+// by PyJWT with keys made by jwcrypto (an implementation other than the
+// one sluice verifies with), a JWKS server that counts its fetches and can
+// go down, and a trap server that records whether anything contacted it.
+//
+// It is for tests only, and imports nothing of sluice.
+package jwttest
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+//go:embed mint.py
+var mintScript string
+
+// Python returns the path of a python3 that imports jwt and jwcrypto
+// (Debian: python3-jwt and python3-jwcrypto, which .ci/run installs).
+// When there is none the test is skipped, or failed when the CI
+// environment variable is set.
+func Python(t testing.TB) string {
+	t.Helper()
+	candidates := []string{"/usr/bin/python3"}
+	if p, err := exec.LookPath("python3"); err == nil {
+		candidates = append(candidates, p)
+	}
+	for _, p := range candidates {
+		if exec.Command(p, "-c", "import jwt, jwcrypto").Run() == nil {
+			return p
+		}
+	}
+	msg := "no python3 with PyJWT and jwcrypto; install them (Debian: apt-get install python3-jwt python3-jwcrypto), or run .ci/run, which does"
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set: this test may not be skipped)", msg)
+	}
+	t.Skipf("%s; skipping (this fails when CI is set)", msg)
+	return ""
+}
+
+// Key is a key for Mint to make: its name is its kid. Type is "RSA"
+// (2048 bits), "EC:P-256", "EC:P-384", "EC:P-521" or "Ed25519"; Alg, when
+// set, is the JWK's own "alg".
+type Key struct {
+	Name, Type, Alg string
+}
+
+// Token is a token for Mint to sign.
+type Token struct {
+	Name string
+	Alg  string
+	// Key names the Key that signs it, or is "secret" for the HMAC secret.
+	Key string
+	// Kid is the header's kid: by default the key's name (none for the
+	// secret); "-" for none.
+	Kid string
+	// Header holds more header members.
+	Header map[string]any
+	// Claims is the payload, serialised by Python's json; Payload, when
+	// set, is the payload's exact bytes instead (a name given twice, say).
+	Claims  map[string]any
+	Payload string
+}
+
+// Minted is what Mint made.
+type Minted struct {
+	JWK    map[string]json.RawMessage // each key's public JWK, with "use": "sig"
+	PEM    map[string]string          // each key's public key in PEM
+	Tokens map[string]string          // each token by name
+}
+
+// Mint makes keys and signs tokens with Python, in one run.
+func Mint(t testing.TB, secret string, keys []Key, tokens []Token) *Minted {
+	t.Helper()
+	python := Python(t)
+	type tokenReq struct {
+		Name    string         `json:"name"`
+		Alg     string         `json:"alg"`
+		Key     string         `json:"key"`
+		Kid     *string        `json:"kid,omitempty"`
+		Header  map[string]any `json:"header,omitempty"`
+		Claims  map[string]any `json:"claims,omitempty"`
+		Payload *string        `json:"payload,omitempty"`
+	}
+	type keyReq struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+		Alg  string `json:"alg,omitempty"`
+	}
+	req := struct {
+		Secret string     `json:"secret"`
+		Keys   []keyReq   `json:"keys"`
+		Tokens []tokenReq `json:"tokens"`
+	}{Secret: secret, Keys: []keyReq{}, Tokens: []tokenReq{}}
+	for _, k := range keys {
+		req.Keys = append(req.Keys, keyReq(k))
+	}
+	for _, tk := range tokens {
+		r := tokenReq{Name: tk.Name, Alg: tk.Alg, Key: tk.Key, Header: tk.Header, Claims: tk.Claims}
+		switch tk.Kid {
+		case "":
+		case "-":
+			r.Kid = new(string)
+		default:
+			r.Kid = &tk.Kid
+		}
+		if tk.Payload != "" {
+			r.Payload = &tk.Payload
+		} else if r.Claims == nil {
+			r.Claims = map[string]any{}
+		}
+		req.Tokens = append(req.Tokens, r)
+	}
+	in, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-c", mintScript)
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("minting tokens with Python: %v\n%s", err, stderr.String())
+	}
+	var m Minted
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("reading what Python minted: %v", err)
+	}
+	return &m
+}
+
+// Token returns the token of this name, failing t when there is none.
+func (m *Minted) Token(t testing.TB, name string) string {
+	t.Helper()
+	tok, ok := m.Tokens[name]
+	if !ok {
+		t.Fatalf("no token %q was minted", name)
+	}
+	return tok
+}
+
+// JWKS returns a JWK set of the public keys of these names.
+func (m *Minted) JWKS(names ...string) []byte {
+	set := struct {
+		Keys []json.RawMessage `json:"keys"`
+	}{Keys: []json.RawMessage{}}
+	for _, n := range names {
+		k, ok := m.JWK[n]
+		if !ok {
+			panic(fmt.Sprintf("jwttest: no key %q", n))
+		}
+		set.Keys = append(set.Keys, k)
+	}
+	b, _ := json.Marshal(set)
+	return b
+}
+
+// Server serves a JWK set, counting the fetches.
+type Server struct {
+	*httptest.Server
+	mu           sync.Mutex
+	body         []byte
+	down         bool
+	cacheControl string
+	fetches      atomic.Int64
+}
+
+// NewServer serves jwks until the test ends.
+func NewServer(t testing.TB, jwks []byte) *Server {
+	s := &Server{body: jwks}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.fetches.Add(1)
+		s.mu.Lock()
+		body, down, cc := s.body, s.down, s.cacheControl
+		s.mu.Unlock()
+		if down {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		if cc != "" {
+			w.Header().Set("Cache-Control", cc)
+		}
+		w.Write(body)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Set serves jwks from now on.
+func (s *Server) Set(jwks []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.body = jwks
+}
+
+// SetDown makes the server answer 503 (down) or the JWK set again.
+func (s *Server) SetDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+// SetCacheControl sets the Cache-Control of the responses.
+func (s *Server) SetCacheControl(cc string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cacheControl = cc
+}
+
+// Fetches returns how many requests the server answered.
+func (s *Server) Fetches() int64 { return s.fetches.Load() }
+
+// Trap is a server that must never be contacted: it counts every
+// connection and request.
+type Trap struct {
+	*httptest.Server
+	hits atomic.Int64
+}
+
+// NewTrap starts a Trap until the test ends.
+func NewTrap(t testing.TB) *Trap {
+	tr := &Trap{}
+	tr.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr.hits.Add(1)
+	}))
+	tr.Server.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			tr.hits.Add(1)
+		}
+	}
+	tr.Start()
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// Hits returns how many connections and requests reached the trap.
+func (tr *Trap) Hits() int64 { return tr.hits.Load() }
