@@ -28,7 +28,7 @@ type AdminFactory func(t *testing.T, clock *Clock) AdminStore
 
 // RunAdmin runs the admin behaviour suite against the stores newStore
 // makes: what Peek, Reset, SetOverride and DeleteOverride do to a key and
-// to the decisions after them. Like Run, it is the one definition that
+// to the decisions after them, and how limits by plan meet overrides. Like Run, it is the one definition that
 // both stores follow.
 func RunAdmin(t *testing.T, newStore AdminFactory) {
 	t.Run("OverrideParams", func(t *testing.T) { testOverrideParams(t, newStore) })
@@ -36,6 +36,7 @@ func RunAdmin(t *testing.T, newStore AdminFactory) {
 	t.Run("InvalidOverride", func(t *testing.T) { testInvalidOverride(t, newStore) })
 	t.Run("PeekAndReset", func(t *testing.T) { testPeekAndReset(t, newStore) })
 	t.Run("OverridesList", func(t *testing.T) { testOverridesList(t, newStore) })
+	t.Run("Plans", func(t *testing.T) { testPlans(t, newStore) })
 }
 
 // testOverridesList: Overrides lists every override there is, by rule and
