@@ -228,3 +228,32 @@ func FuzzEquivalentHeaders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBearer: whatever the Authorization lines, Bearer returns a single
+// b64token that the one line ends with, nothing, or an *Error.
+func FuzzBearer(f *testing.F) {
+	for _, s := range []string{"Bearer a.b.c", "bearer  x", "Basic x", "Bearer", "Bearer a, Bearer b", "Bearer\tx", "Bearer ==", "BEARER a=="} {
+		f.Add(s, "")
+	}
+	f.Add("Bearer a", "Bearer b")
+	f.Fuzz(func(t *testing.T, first, second string) {
+		h := http.Header{"Authorization": {first}}
+		if second != "" {
+			h["Authorization"] = append(h["Authorization"], second)
+		}
+		tok, found, err := Bearer(h)
+		switch {
+		case err != nil:
+			var ie *Error
+			if !errors.As(err, &ie) || found || tok != "" {
+				t.Fatalf("error %v with %q, %v", err, tok, found)
+			}
+		case found:
+			if second != "" || !isB64Token(tok) || !strings.HasSuffix(first, " "+tok) || !strings.EqualFold(first[:6], "bearer") {
+				t.Fatalf("%q gave the token %q", first, tok)
+			}
+		case tok != "" || second != "":
+			t.Fatalf("not found, yet %q (two lines: %v)", tok, second != "")
+		}
+	})
+}

@@ -1,7 +1,9 @@
 // Package identity reads the identifiers that sluice's rules count by from
 // an HTTP request: the client IP (behind trusted proxies), an email from
-// the body or the query string, a tenant id or other header value, and the
-// method a request asks to be treated as (a "_method" field).
+// the body or the query string, a tenant id or other header value, the
+// bearer token a verified identity comes from (see Bearer; verifying it is
+// package jwt's job), and the method a request asks to be treated as (a
+// "_method" field).
 //
 // Everything here reads the request as the upstream behind sluice will
 // read it, and where upstreams disagree it refuses to guess: a field given

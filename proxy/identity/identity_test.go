@@ -53,3 +53,45 @@ func TestHeaderNameEqual(t *testing.T) {
 		}
 	}
 }
+
+func TestBearer(t *testing.T) {
+	const tok = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ2aWN0aW0ifQ.c2ln"
+	tests := []struct {
+		name string
+		h    http.Header
+		want string // "" with err false: not found
+		err  bool
+	}{
+		{name: "bearer", h: http.Header{"Authorization": {"Bearer " + tok}}, want: tok},
+		{name: "scheme in lower case", h: http.Header{"Authorization": {"bearer " + tok}}, want: tok},
+		{name: "scheme in upper case", h: http.Header{"Authorization": {"BEARER " + tok}}, want: tok},
+		{name: "several spaces", h: http.Header{"Authorization": {"Bearer   " + tok}}, want: tok},
+		{name: "b64token characters and padding", h: http.Header{"Authorization": {"Bearer a-._~+/Z9=="}}, want: "a-._~+/Z9=="},
+		{name: "non-canonical key", h: http.Header{"authorization": {"Bearer " + tok}}, want: tok},
+		{name: "missing", h: http.Header{"X-Other": {"Bearer " + tok}}},
+		{name: "basic", h: http.Header{"Authorization": {"Basic dXNlcjpwYXNz"}}},
+		{name: "another scheme that starts like it", h: http.Header{"Authorization": {"Bearerx " + tok}}},
+		{name: "scheme alone of another kind", h: http.Header{"Authorization": {"Negotiate"}}},
+		{name: "empty", h: http.Header{"Authorization": {""}}},
+		{name: "two lines", h: http.Header{"Authorization": {"Bearer " + tok, "Bearer evil"}}, err: true},
+		{name: "two equal lines", h: http.Header{"Authorization": {"Bearer " + tok, "Bearer " + tok}}, err: true},
+		{name: "bearer beside basic", h: http.Header{"Authorization": {"Basic dXNlcjpwYXNz", "Bearer evil"}}, err: true},
+		{name: "two spellings", h: http.Header{"Authorization": {"Bearer " + tok}, "authorization": {"Bearer evil"}}, err: true},
+		{name: "list", h: http.Header{"Authorization": {"Bearer " + tok + ", Bearer evil"}}, err: true},
+		{name: "two tokens", h: http.Header{"Authorization": {"Bearer " + tok + " evil"}}, err: true},
+		{name: "scheme alone", h: http.Header{"Authorization": {"Bearer"}}, err: true},
+		{name: "scheme and spaces", h: http.Header{"Authorization": {"Bearer   "}}, err: true},
+		{name: "tab", h: http.Header{"Authorization": {"Bearer\t" + tok}}, err: true},
+		{name: "padding only", h: http.Header{"Authorization": {"Bearer =="}}, err: true},
+		{name: "padding inside", h: http.Header{"Authorization": {"Bearer ab=cd"}}, err: true},
+		{name: "quotes", h: http.Header{"Authorization": {`Bearer "` + tok + `"`}}, err: true},
+		{name: "control character", h: http.Header{"Authorization": {"Bearer ab\x01cd"}}, err: true},
+		{name: "non-ASCII", h: http.Header{"Authorization": {"Bearer ab\u00e9cd"}}, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, found, err := Bearer(tt.h)
+			expectLookup(t, got, found, err, tt.want, tt.err, tok, "evil")
+		})
+	}
+}
