@@ -28,7 +28,7 @@ var layers = map[string][]string{
 	// HTTP: identities from requests, then the proxy and the admin
 	// listener, which see the limiter and never a particular store.
 	"proxy/identity": {"hashing"},
-	"proxy":          {"hashing", "limiter", "policy", "proxy/identity"},
+	"proxy":          {"hashing", "jwt", "limiter", "policy", "proxy/identity"},
 	"admin":          {"hashing", "limiter", "policy", "proxy"},
 	// The decision service for other proxies: forward-auth, then Envoy's
 	// rate limit service, both deciding through the proxy's Decider.

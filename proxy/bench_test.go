@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/policy"
@@ -155,5 +159,34 @@ func BenchmarkAccessLogLine(b *testing.B) {
 				p.finish(req, st, began)
 			}
 		})
+	}
+}
+
+// BenchmarkProxyJWT measures a request counted by a verified claim: an
+// HS256 token verified once per request, its sub keyed, and its plan
+// claim choosing the limit.
+func BenchmarkProxyJWT(b *testing.B) {
+	secret := []byte("a-supabase-style-jwt-secret-of-40-bytes!")
+	v, err := jwt.New(jwt.Config{Secret: secret, Issuer: "https://auth.example/"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := benchProxy(b, "api: POST /api/login by jwt 1000000000/1h plans(app_metadata.plan)=pro:2000000000/1h", func(c *DeciderConfig) { c.JWT = v })
+	enc := base64.RawURLEncoding.EncodeToString
+	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." +
+		enc([]byte(`{"sub":"0b6f7a4e-8f3c-4a3e-9d7e-2f1c5b8a9e10","iss":"https://auth.example/","exp":4102444800,"iat":1767225600,"role":"authenticated","app_metadata":{"plan":"pro"}}`))
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(in))
+	auth := "Bearer " + in + "." + enc(mac.Sum(nil))
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/api/login", nil)
+		req.RemoteAddr = "192.0.2.1:1234"
+		req.Header.Set("Authorization", auth)
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		if w.Code != 200 || w.Header().Get("X-Ratelimit-Limit") != "2000000000" {
+			b.Fatal(w.Code, w.Header())
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/identity"
@@ -52,7 +54,30 @@ type DeciderConfig struct {
 	// AccessLog receives one INFO line per request (see Finish); nil
 	// turns the access log off.
 	AccessLog *zap.Logger
+	// JWT verifies the bearer tokens that jwt rules count by and plans
+	// options choose limits by, once per decided request. Nil verifies
+	// none: a jwt rule counts every request by its client IP, and no plan
+	// applies (the gateway's settings refuse such rules without keys).
+	JWT TokenVerifier
+	// RejectInvalidTokens (SLUICE_JWT_INVALID=reject) answers 401 to a
+	// request that a rule needs the token of and whose token is present
+	// but not valid. False counts such a request as one without a token:
+	// by its client IP under jwt rules, with the rule's own limit under
+	// plans. A missing token is never rejected.
+	RejectInvalidTokens bool
 }
+
+// TokenVerifier verifies bearer tokens: a *jwt.Verifier.
+type TokenVerifier interface {
+	// Verify returns the claims of a valid token, and the result of the
+	// verification; token "" means the request had none.
+	Verify(token string) (*jwt.Claims, jwt.Result)
+	// Issuer is the issuer tokens are checked against ("" for any), part
+	// of every key of a claim (hashing.Hasher.JWTKey).
+	Issuer() string
+}
+
+var _ TokenVerifier = (*jwt.Verifier)(nil)
 
 // Decider is the one definition of how sluice decides a request and what
 // it answers, shared by every listener that decides: the public proxy,
@@ -71,6 +96,7 @@ type Decider struct {
 	cfg    DeciderConfig
 	policy atomic.Pointer[policy.Policy]
 	global string // the key every "by global" rule counts
+	issuer string // the JWT verifier's issuer, part of every jwt key
 	pool   sync.Pool
 }
 
@@ -80,6 +106,9 @@ func NewDecider(cfg DeciderConfig) (*Decider, error) {
 		return nil, errors.New("proxy: Policy, Limiter and Hasher are required")
 	}
 	d := &Decider{cfg: cfg, global: cfg.Hasher.Key(policy.ByGlobal.String(), "")}
+	if cfg.JWT != nil {
+		d.issuer = cfg.JWT.Issuer()
+	}
 	d.policy.Store(cfg.Policy)
 	d.pool.New = func() any { return new(Decision) }
 	return d, nil
@@ -115,6 +144,10 @@ type Decision struct {
 	// Verdict is the outcome as the access log names it (OutcomeAllowed,
 	// ...); OutcomeRejected until a decision says otherwise.
 	Verdict string
+	// Token is the result of verifying the request's bearer token (a
+	// jwt.Result's name), once Keys verified it: "" when no matching rule
+	// needed it. Never the token.
+	Token string
 
 	pol      *policy.Policy // the rules read once, by Begin
 	method   string         // upper-cased
@@ -142,7 +175,7 @@ func (x *Decision) reset() {
 	clear(x.Rules)
 	x.Checks, x.Rules = x.Checks[:0], x.Rules[:0]
 	x.Ident.Reset("", nil, nil, false)
-	x.Path, x.Client, x.Verdict, x.pol, x.method, x.match, x.override = "", netip.Addr{}, "", nil, "", "", false
+	x.Path, x.Client, x.Verdict, x.Token, x.pol, x.method, x.match, x.override = "", netip.Addr{}, "", "", nil, "", "", false
 }
 
 // Begin is the first step of deciding an HTTP request: method, its
@@ -220,22 +253,81 @@ func (d *Decider) Methods(x *Decision, extra ...string) *Problem {
 // reads its identifier from the body counts the client IP, as it does
 // when the identifier is missing. An ambiguous identity is a 400
 // *Problem naming the rule.
+//
+// Where a rule counts by a claim of the bearer token (jwt, jwt(claim)) or
+// chooses its limit by one (plans), the one token of h's Authorization
+// header is verified, once for all the rules: two Authorization headers,
+// or anything but a single token, is a 400 *Problem; a present but
+// invalid token is a 401 one with RejectInvalidTokens. A rule with plans
+// is counted as the plan's rule (policy.Rule.ForPlan) when a verified
+// claim names one of its plans.
 func (d *Decider) Keys(x *Decision, h http.Header, bodyless bool) *Problem {
+	var claims *jwt.Claims
+	if needsToken(x.Rules) {
+		var prob *Problem
+		if claims, prob = d.verifyToken(x, h); prob != nil {
+			return prob
+		}
+	}
 	ipKey := ""
 	for _, rule := range x.Rules {
-		key, err := d.key(x, h, rule, bodyless, &ipKey)
+		key, err := d.key(x, h, rule, claims, bodyless, &ipKey)
 		if err != nil {
 			return &Problem{Status: http.StatusBadRequest, Detail: "rule '" + rule.Name + "': " + err.Error()}
 		}
-		x.Checks = append(x.Checks, limiter.Check{Rule: rule, Key: key})
+		counted := rule
+		if len(rule.Plans) > 0 {
+			if plan, ok := claims.Claim(rule.PlanClaim); ok {
+				counted = rule.ForPlan(plan)
+			}
+		}
+		x.Checks = append(x.Checks, limiter.Check{Rule: counted, Key: key})
 	}
 	return nil
 }
 
+// verifyToken reads the bearer token of h and verifies it, once for every
+// rule of the request, recording the result in x.Token. It returns the
+// claims of a valid token (nil for a missing or invalid one), or the
+// problem to answer: 400 when the Authorization header is ambiguous, and
+// 401 for an invalid token when RejectInvalidTokens is set.
+func (d *Decider) verifyToken(x *Decision, h http.Header) (*jwt.Claims, *Problem) {
+	token, _, err := identity.Bearer(h)
+	if err != nil {
+		return nil, &Problem{Status: http.StatusBadRequest, Detail: err.Error()}
+	}
+	if d.cfg.JWT == nil {
+		return nil, nil
+	}
+	claims, res := d.cfg.JWT.Verify(token)
+	x.Token = res.String()
+	if res != jwt.Valid && res != jwt.Missing && d.cfg.RejectInvalidTokens {
+		return nil, &Problem{
+			Status:    http.StatusUnauthorized,
+			Detail:    "the bearer token is not valid (" + x.Token + ")",
+			Challenge: wwwAuthenticateInvalid,
+		}
+	}
+	return claims, nil
+}
+
+// wwwAuthenticateInvalid is the challenge of a 401 for an invalid token
+// (RFC 6750 section 3).
+const wwwAuthenticateInvalid = `Bearer error="invalid_token"`
+
+// needsToken reports whether any rule counts by a claim of the bearer
+// token or chooses its limit by one.
+func needsToken(rules []*policy.Rule) bool {
+	return slices.ContainsFunc(rules, func(r *policy.Rule) bool { return r.Identity.Kind == policy.ByJWT || len(r.Plans) > 0 })
+}
+
 // key returns the hashed identity that rule counts the request by. A rule
 // whose identifier is absent (or, bodyless, in the body) counts the client
-// IP instead, so leaving the identifier out never escapes the limit.
-func (d *Decider) key(x *Decision, h http.Header, rule *policy.Rule, bodyless bool, ipKey *string) (string, error) {
+// IP instead, so leaving the identifier out never escapes the limit; so
+// does a jwt rule without a verified token (claims nil), or whose claim is
+// not an identifier, so a forged token spends its sender's quota, never
+// its victim's.
+func (d *Decider) key(x *Decision, h http.Header, rule *policy.Rule, claims *jwt.Claims, bodyless bool, ipKey *string) (string, error) {
 	var (
 		value string
 		found bool
@@ -250,6 +342,10 @@ func (d *Decider) key(x *Decision, h http.Header, rule *policy.Rule, bodyless bo
 		}
 	case policy.ByTenant, policy.ByHeader:
 		value, found, err = identity.Header(h, rule.Identity.Field)
+	case policy.ByJWT:
+		if value, found = claims.Claim(rule.Identity.Field); found {
+			return d.cfg.Hasher.JWTKey(d.issuer, rule.Identity.Field, value), nil
+		}
 	}
 	if err != nil {
 		return "", err
@@ -389,8 +485,9 @@ func (d *Decider) observing() bool { return d.cfg.Metrics != nil || d.cfg.Access
 // writes its access log line: method (empty for a descriptor), x's path,
 // matched rules, hashed key prefixes and verdict, status (HTTP, or the
 // gRPC answer's as the caller maps it), how long it took and, when it was
-// forwarded, the part spent upstream. Never a raw identifier or a query
-// string.
+// forwarded, the part spent upstream, and the result of verifying the
+// bearer token when a rule needed it. Never a raw identifier, a token or a
+// query string.
 func (d *Decider) Finish(listener, method string, x *Decision, status int, took, upstream time.Duration) {
 	if m := d.cfg.Metrics; m != nil {
 		m.countRequest(listener, x.Verdict, took)
@@ -409,7 +506,7 @@ func (d *Decider) Finish(listener, method string, x *Decision, status int, took,
 			rules = append(rules, rule.Name)
 		}
 	}
-	fields := make([]zap.Field, 0, 10)
+	fields := make([]zap.Field, 0, 11)
 	if listener != ListenerPublic {
 		fields = append(fields, zap.String("listener", listener))
 	}
@@ -426,6 +523,9 @@ func (d *Decider) Finish(listener, method string, x *Decision, status int, took,
 	)
 	if upstream > 0 {
 		fields = append(fields, zap.Float64("upstream_ms", float64(upstream.Microseconds())/1000))
+	}
+	if x.Token != "" {
+		fields = append(fields, zap.String("jwt", x.Token))
 	}
 	d.cfg.AccessLog.Info("request", fields...)
 }

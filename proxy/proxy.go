@@ -7,7 +7,8 @@
 // forwarding, the listeners' servers and the wire format of responses
 // (rate-limit headers, and problem+json, which the admin API shares) live
 // here; reading identifiers from a request lives in the identity
-// sub-package, the admin listener in package admin.
+// sub-package, the admin listener in package admin, and verifying bearer
+// tokens in package jwt (a *jwt.Verifier, through TokenVerifier).
 //
 // It sees the limiter and never a particular store: it must not import
 // limiter/memory or limiter/postgres, nor admin or gateway, which use it.

@@ -74,15 +74,19 @@ type gatewayOpts struct {
 	store       limiter.Store
 	clock       *storetest.Clock
 	readTimeout time.Duration // the server's ReadTimeout; 0: none
+	jwt         TokenVerifier
+	reject      bool // RejectInvalidTokens
 }
 
 // testGateway is a Proxy on a memory store with an injected clock, served
 // by a real HTTP server.
 type testGateway struct {
 	*httptest.Server
+	proxy  *Proxy
 	clock  *storetest.Clock
 	hasher *hashing.Hasher
 	store  *recordingStore
+	memory *memory.Store // the store under the recording, when the test gave none
 }
 
 // recordingStore remembers the checks of the last decision that reached
@@ -121,8 +125,10 @@ func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGa
 	if o.clock == nil {
 		o.clock = storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	}
+	var mem *memory.Store
 	if o.store == nil {
-		o.store = memory.New(memory.Options{Now: o.clock.Now})
+		mem = memory.New(memory.Options{Now: o.clock.Now})
+		o.store = mem
 	}
 	rec := &recordingStore{Store: o.store}
 	lim, err := limiter.New(limiter.Config{
@@ -152,7 +158,10 @@ func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGa
 		t.Fatal(err)
 	}
 	upURL, _ := url.Parse(up.URL)
-	dec, err := NewDecider(DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Trusted: tp, Headers: hf})
+	dec, err := NewDecider(DeciderConfig{
+		Policy: pol, Limiter: lim, Hasher: h, Trusted: tp, Headers: hf,
+		JWT: o.jwt, RejectInvalidTokens: o.reject,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +173,7 @@ func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGa
 	srv.Config.ReadTimeout = o.readTimeout
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &testGateway{Server: srv, clock: o.clock, hasher: h, store: rec}
+	return &testGateway{Server: srv, proxy: p, clock: o.clock, hasher: h, store: rec, memory: mem}
 }
 
 // do sends a request and returns the response with its body read.

@@ -138,6 +138,9 @@ type Problem struct {
 	Detail           string   `json:"detail,omitempty"`
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 	RetryAfter       int64    `json:"retry_after,omitempty"`
+	// Challenge is the WWW-Authenticate header of a 401 (RFC 9110 section
+	// 11.6.1), not part of the body; "" sends none.
+	Challenge string `json:"-"`
 }
 
 const quotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -162,6 +165,9 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	h["Content-Type"] = []string{"application/problem+json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	h["Cache-Control"] = []string{"no-store"}
+	if p.Challenge != "" {
+		h["Www-Authenticate"] = []string{p.Challenge}
+	}
 	w.WriteHeader(p.Status)
 	w.Write(body) //nolint:errcheck // the client may be gone; nothing to do
 }

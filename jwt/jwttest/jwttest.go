@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 //go:embed mint.py
@@ -173,12 +174,15 @@ type Server struct {
 	down         bool
 	cacheControl string
 	fetches      atomic.Int64
+	fetched      chan struct{} // one value per fetch answered
+	answered     int64         // the values WaitFetches took; only it uses this
 }
 
 // NewServer serves jwks until the test ends.
 func NewServer(t testing.TB, jwks []byte) *Server {
-	s := &Server{body: jwks}
+	s := &Server{body: jwks, fetched: make(chan struct{}, 1<<16)}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { s.fetched <- struct{}{} }()
 		s.fetches.Add(1)
 		s.mu.Lock()
 		body, down, cc := s.body, s.down, s.cacheControl
@@ -220,6 +224,21 @@ func (s *Server) SetCacheControl(cc string) {
 
 // Fetches returns how many requests the server answered.
 func (s *Server) Fetches() int64 { return s.fetches.Load() }
+
+// WaitFetches waits until the server has answered n requests in all,
+// failing t after 10 seconds.
+func (s *Server) WaitFetches(t testing.TB, n int64) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for s.answered < n {
+		select {
+		case <-s.fetched:
+			s.answered++
+		case <-timeout:
+			t.Fatalf("the JWKS server answered %d requests, want %d", s.answered, n)
+		}
+	}
+}
 
 // Trap is a server that must never be contacted: it counts every
 // connection and request.
