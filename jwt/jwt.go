@@ -17,9 +17,12 @@
 package jwt
 
 import (
+	"cmp"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,6 +33,7 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 )
 
@@ -58,6 +62,9 @@ const (
 	// DefaultFetchTimeout bounds one fetch of a JWKS URL when Config.Client
 	// is nil.
 	DefaultFetchTimeout = 10 * time.Second
+	// DefaultCacheSize is Config.CacheSize's default: how many verified
+	// tokens are remembered.
+	DefaultCacheSize = 10_000
 	// maxUntargeted is how many keys a token without a "kid" is tried
 	// against; a set with more keys of its algorithm needs the kid.
 	maxUntargeted = 4
@@ -67,7 +74,7 @@ const (
 	maxRetry   = time.Minute
 )
 
-// Off turns off an option that can be off (Config.Leeway). It is not zero
+// Off turns off an option that can be off (Config.Leeway, Config.CacheSize). It is not zero
 // because zero means the option's default.
 const Off = -1
 
@@ -109,6 +116,10 @@ type Config struct {
 	Logger *zap.Logger
 	// Metrics counts verifications and refreshes. Nil counts nothing.
 	Metrics *Metrics
+	// CacheSize is how many valid tokens are remembered, so that a client
+	// sending the same token again costs no signature check (see Verify).
+	// Zero means DefaultCacheSize; Off remembers none.
+	CacheSize int
 }
 
 // Verifier verifies bearer tokens. It is safe for simultaneous use by
@@ -128,7 +139,8 @@ type Verifier struct {
 	log      *zap.Logger
 	metrics  *Metrics
 
-	set atomic.Pointer[keySet] // the keys of the URL or the file; nil before the first
+	set   atomic.Pointer[keySet]                  // the keys of the URL or the file; nil before the first
+	cache *lru.Cache[[sha256.Size]byte, verified] // nil when off
 
 	// nextEarly is the Unix nanosecond before which no early refresh may
 	// start: EarlyRefreshGap after the start of the last fetch or of the
@@ -197,6 +209,9 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.Leeway < 0 && cfg.Leeway != Off {
 		problem("leeway %v: must be Off or not negative", cfg.Leeway)
 	}
+	if cfg.CacheSize < 0 && cfg.CacheSize != Off {
+		problem("cache size %d: must be Off or not negative", cfg.CacheSize)
+	}
 	jwks := cfg.JWKSURL != "" || cfg.JWKSFile != ""
 	if len(cfg.Algorithms) == 0 {
 		for _, a := range algorithms {
@@ -242,6 +257,13 @@ func New(cfg Config) (*Verifier, error) {
 	if v.log == nil {
 		v.log = zap.NewNop()
 	}
+	if cfg.CacheSize != Off {
+		c, err := lru.New[[sha256.Size]byte, verified](cmp.Or(cfg.CacheSize, DefaultCacheSize))
+		if err != nil {
+			return nil, fmt.Errorf("jwt: cache: %w", err)
+		}
+		v.cache = c
+	}
 	if v.file != "" {
 		if err := v.Reload(); err != nil {
 			return nil, err
@@ -283,10 +305,54 @@ func (v *Verifier) Algorithms() []string {
 //
 // A token whose kid no key has fails as UnknownKey at once, and asks Run
 // for an early refresh: a request never waits on a fetch.
+//
+// A valid token is remembered (Config.CacheSize, by its SHA-256), so that
+// the same token again costs no parsing and no signature check. A
+// remembered token counts only while the key set that verified it is in
+// force (the secret always is) and while its exp, nbf and iat still hold
+// at the time of the new request; otherwise it is verified afresh. So a
+// key removed from the set stops verifying at once, as without the cache.
 func (v *Verifier) Verify(token string) (*Claims, Result) {
-	c, r := v.verify(token)
+	var sum [sha256.Size]byte
+	if v.cache != nil && token != "" && len(token) <= MaxTokenBytes {
+		sum = sha256.Sum256([]byte(token))
+		if c, ok := v.remembered(sum); ok {
+			v.metrics.count(Valid)
+			return c, Valid
+		}
+	}
+	c, r, e := v.verify(token)
+	if r == Valid && v.cache != nil {
+		v.cache.Add(sum, e)
+	}
 	v.metrics.count(r)
 	return c, r
+}
+
+// verified is a valid token as the cache remembers it: its claims, the
+// key set that verified it (nil for the secret), and the instants, in
+// seconds since the epoch and with the leeway, from which and until which
+// it is valid.
+type verified struct {
+	claims    *Claims
+	set       *keySet
+	notBefore float64 // max(nbf, iat) − leeway; −Inf without either
+	until     float64 // exp + leeway
+}
+
+// remembered returns the claims of the token of this SHA-256 if the cache
+// holds it and it is still valid now.
+func (v *Verifier) remembered(sum [sha256.Size]byte) (*Claims, bool) {
+	e, ok := v.cache.Get(sum)
+	if !ok {
+		return nil, false
+	}
+	now := float64(v.now().UnixNano()) / 1e9
+	if e.set != nil && e.set != v.set.Load() || now >= e.until || now < e.notBefore {
+		v.cache.Remove(sum)
+		return nil, false
+	}
+	return e.claims, true
 }
 
 // refusedHeaders are the header parameters whose presence makes a token
@@ -299,64 +365,75 @@ var refusedHeaders = []string{"crit", "jwk", "jku", "x5u", "x5c", "b64", "enc", 
 
 var segment = base64.RawURLEncoding.Strict()
 
-func (v *Verifier) verify(token string) (*Claims, Result) {
+// verify verifies token without the cache: its claims and what the cache
+// would remember of it when it is valid.
+func (v *Verifier) verify(token string) (*Claims, Result, verified) {
+	c, res, e := v.verifyToken(token)
+	if res != Valid {
+		return nil, res, verified{}
+	}
+	return c, res, e
+}
+
+func (v *Verifier) verifyToken(token string) (*Claims, Result, verified) {
+	var none verified
 	if token == "" {
-		return nil, Missing
+		return nil, Missing, none
 	}
 	if len(token) > MaxTokenBytes || !tokenChars(token) {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	// Exactly three segments: a JWE (five) or anything else is refused.
 	h, rest, _ := strings.Cut(token, ".")
 	p, s, ok := strings.Cut(rest, ".")
 	if !ok || strings.IndexByte(s, '.') >= 0 {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	// Canonical base64url only, so that no token has a second spelling.
 	// go-jose decodes the same segments again, to the same bytes.
 	rawHeader, err := segment.DecodeString(h)
 	if err != nil {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	if _, err := segment.DecodeString(p); err != nil {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	sig, err := segment.DecodeString(s)
 	if err != nil {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	header, ok := decodeObject(rawHeader)
 	if !ok {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	for _, name := range refusedHeaders {
 		if _, present := header[name]; present {
-			return nil, Malformed
+			return nil, Malformed, none
 		}
 	}
 	algName, ok := header["alg"].(string)
 	if !ok {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	kid, hasKid := header["kid"].(string)
 	if _, present := header["kid"]; present && !hasKid {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	a := v.allowedAlgorithm(algName)
 	if a == nil {
-		return nil, AlgorithmRefused
+		return nil, AlgorithmRefused, none
 	}
 	if len(sig) == 0 {
-		return nil, Malformed // a stripped signature
+		return nil, Malformed, none // a stripped signature
 	}
 	var buf [maxUntargeted]any
-	keys, res := v.keysFor(a, kid, hasKid, buf[:0])
+	keys, set, res := v.keysFor(a, kid, hasKid, buf[:0])
 	if res != Valid {
-		return nil, res
+		return nil, res, none
 	}
 	jws, err := parseSigned(token, a)
 	if err != nil {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	var payload []byte
 	for _, k := range keys {
@@ -365,19 +442,18 @@ func (v *Verifier) verify(token string) (*Claims, Result) {
 		}
 	}
 	if err != nil {
-		return nil, BadSignature
+		return nil, BadSignature, none
 	}
 	// The claims are read from the bytes the signature covers, as go-jose
 	// returned them.
 	m, ok := decodeObject(payload)
 	if !ok {
-		return nil, Malformed
+		return nil, Malformed, none
 	}
 	c := &Claims{m: m}
-	if res := v.checkClaims(c); res != Valid {
-		return nil, res
-	}
-	return c, Valid
+	e, res := v.checkClaims(c)
+	e.claims, e.set = c, set
+	return c, res, e
 }
 
 // parseSigned parses token with go-jose, allowing algorithm a only.
@@ -410,19 +486,20 @@ func (v *Verifier) allowedAlgorithm(name string) *algorithm {
 // keysFor appends to dst the keys that may verify a token of algorithm a
 // and, when hasKid, key id kid: the secret for an HMAC algorithm (a kid
 // is then ignored: the secret is the one HMAC key), else the keys of the
-// set with that kid, or without a kid every key, that fit a. Its result
-// is Valid when there are keys to try.
-func (v *Verifier) keysFor(a *algorithm, kid string, hasKid bool, dst []any) ([]any, Result) {
+// set with that kid, or without a kid every key, that fit a. It returns
+// the key set they come from (nil for the secret). Its result is Valid
+// when there are keys to try.
+func (v *Verifier) keysFor(a *algorithm, kid string, hasKid bool, dst []any) ([]any, *keySet, Result) {
 	if a.kind == kindHMAC {
 		if len(v.secret) < a.hmacMin {
-			return nil, AlgorithmRefused
+			return nil, nil, AlgorithmRefused
 		}
-		return append(dst, v.secret), Valid
+		return append(dst, v.secret), nil, Valid
 	}
 	set := v.set.Load()
 	if set == nil || len(set.keys) == 0 {
 		v.refreshSoon()
-		return nil, UnknownKey
+		return nil, nil, UnknownKey
 	}
 	named := false
 	for i := range set.keys {
@@ -438,51 +515,55 @@ func (v *Verifier) keysFor(a *algorithm, kid string, hasKid bool, dst []any) ([]
 			if hasKid {
 				break // a set that repeats a kid this often gets the first few tried
 			}
-			return nil, UnknownKey
+			return nil, nil, UnknownKey
 		}
 		dst = append(dst, k.pub)
 	}
 	switch {
 	case hasKid && !named:
 		v.refreshSoon()
-		return nil, UnknownKey
+		return nil, nil, UnknownKey
 	case len(dst) == 0:
-		return nil, AlgorithmRefused
+		return nil, nil, AlgorithmRefused
 	}
-	return dst, Valid
+	return dst, set, Valid
 }
 
 // checkClaims checks the claims of a verified token: iss, aud, then exp,
-// nbf and iat.
-func (v *Verifier) checkClaims(c *Claims) Result {
+// nbf and iat. It returns when the token is valid, as the cache keeps it.
+func (v *Verifier) checkClaims(c *Claims) (verified, Result) {
+	var e verified
 	if v.issuer != "" {
 		if iss, _ := c.m["iss"].(string); iss != v.issuer {
-			return WrongIssuer
+			return e, WrongIssuer
 		}
 	}
 	if len(v.aud) > 0 && !v.audienceMatches(c.m["aud"]) {
-		return WrongAudience
+		return e, WrongAudience
 	}
 	now := float64(v.now().UnixNano()) / 1e9
 	leeway := v.leeway.Seconds()
 	exp, present, ok := c.number("exp")
 	if !present || !ok {
-		return Malformed
+		return e, Malformed
 	}
-	if now >= exp+leeway {
-		return Expired
+	if e.until = exp + leeway; now >= e.until {
+		return e, Expired
 	}
+	e.notBefore = math.Inf(-1)
 	for _, name := range [...]string{"nbf", "iat"} {
 		t, present, ok := c.number(name)
 		switch {
 		case !present:
 		case !ok:
-			return Malformed
+			return e, Malformed
 		case t > now+leeway:
-			return NotYetValid
+			return e, NotYetValid
+		default:
+			e.notBefore = max(e.notBefore, t-leeway)
 		}
 	}
-	return Valid
+	return e, Valid
 }
 
 // audienceMatches reports whether aud, a string or an array of strings

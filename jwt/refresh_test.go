@@ -469,6 +469,7 @@ func TestNewErrors(t *testing.T) {
 		{"issuer", Config{Secret: []byte(secret), Issuer: "a\x00b"}, []string{"jwt: issuer: expected no control characters"}},
 		{"audience", Config{Secret: []byte(secret), Audiences: []string{"a", ""}}, []string{"jwt: audience: expected a non-empty value without control characters"}},
 		{"leeway", Config{Secret: []byte(secret), Leeway: -2}, []string{"jwt: leeway -2ns: must be Off or not negative"}},
+		{"cache size", Config{Secret: []byte(secret), CacheSize: -2}, []string{"jwt: cache size -2: must be Off or not negative"}},
 		{"algorithms", Config{Secret: []byte(secret[:40]), Algorithms: []string{"none", "RS1", "HS256", "HS256", "HS512", "RS256"}}, []string{
 			`jwt: algorithms: "none" is never allowed`,
 			`jwt: algorithms: unknown algorithm "RS1" (expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256, HS384 or HS512)`,

@@ -10,8 +10,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math/big"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestVerifyAlgorithms: a token of every algorithm, minted by PyJWT, verifies
@@ -338,14 +340,63 @@ func TestVerifyNoKeysYet(t *testing.T) {
 	})
 }
 
-// TestVerifyAllocs keeps an eye on what one verification costs.
+// TestVerifyAllocs keeps an eye on what one verification costs: a token
+// seen before costs a hash and a lookup; a new one, go-jose's parsing and
+// the claims'.
 func TestVerifyAllocs(t *testing.T) {
 	m := mintAll(t)
-	v, _ := served(t, m, newClock(), Config{Secret: []byte(secret)}, issuerKeys...)
-	tok := m.Token(t, "HS256")
-	n := testing.AllocsPerRun(50, func() { v.Verify(tok) })
-	t.Logf("Verify(HS256) allocates %v times", n)
-	if n > 200 {
-		t.Errorf("Verify(HS256) allocates %v times", n)
+	cached, _ := served(t, m, newClock(), Config{Secret: []byte(secret)}, issuerKeys...)
+	uncached, _ := served(t, m, newClock(), Config{Secret: []byte(secret), CacheSize: Off}, issuerKeys...)
+	for _, name := range []string{"HS256", "RS256", "ES256"} {
+		tok := m.Token(t, name)
+		if n := testing.AllocsPerRun(50, func() { cached.Verify(tok) }); n > 1 {
+			t.Errorf("Verify(%s) seen before allocates %v times", name, n)
+		}
+		n := testing.AllocsPerRun(50, func() { uncached.Verify(tok) })
+		t.Logf("Verify(%s) without the cache allocates %v times", name, n)
+		if n > 200 {
+			t.Errorf("Verify(%s) without the cache allocates %v times", name, n)
+		}
+	}
+}
+
+// TestVerifyCache: a remembered token still expires, still becomes valid
+// only at its nbf, and stops verifying once the key set that verified it
+// is replaced by one without its key; the cache never makes a token valid
+// that a fresh verification would refuse.
+func TestVerifyCache(t *testing.T) {
+	m := mintAll(t)
+	for _, size := range []int{0, Off} {
+		c := newClock()
+		name := writeFile(t, m.JWKS("rsa", "rsa2"))
+		v := newVerifier(t, Config{JWKSFile: name, Secret: []byte(secret), CacheSize: size}, c)
+		c.Advance(10 * time.Second)
+		check(t, v, []verdict{
+			{"fresh", m.Token(t, "victim"), Valid},
+			{"again", m.Token(t, "victim"), Valid},
+			{"HS256", m.Token(t, "HS256"), Valid},
+			{"nbf within the leeway", m.Token(t, "nbf-within-leeway"), Valid},
+			{"rotated", m.Token(t, "rotated"), Valid},
+		})
+		// A clock set back before nbf makes a remembered token not yet valid.
+		c.Advance(-time.Hour)
+		check(t, v, []verdict{{"before nbf", m.Token(t, "nbf-within-leeway"), NotYetValid}})
+		c.Advance(time.Hour)
+		check(t, v, []verdict{{"at nbf again", m.Token(t, "nbf-within-leeway"), Valid}})
+		// Past exp and its leeway, the remembered tokens expire.
+		c.Advance(time.Hour + DefaultLeeway - 10*time.Second)
+		check(t, v, []verdict{
+			{"expired victim", m.Token(t, "victim"), Expired},
+			{"expired HS256", m.Token(t, "HS256"), Expired},
+		})
+		// The issuer drops rsa2: its token stops at once, with or without a
+		// cache.
+		must(0, os.WriteFile(name, m.JWKS("rsa"), 0o600))
+		c.Advance(-time.Hour)
+		check(t, v, []verdict{{"rotated before the reload", m.Token(t, "rotated"), Valid}})
+		if err := v.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, v, []verdict{{"rotated after the reload", m.Token(t, "rotated"), UnknownKey}})
 	}
 }
