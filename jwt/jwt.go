@@ -74,8 +74,9 @@ const (
 	maxRetry   = time.Minute
 )
 
-// Off turns off an option that can be off (Config.Leeway, Config.CacheSize). It is not zero
-// because zero means the option's default.
+// Off turns off an option that can be off (Config.Leeway,
+// Config.CacheSize). It is not zero because zero means the option's
+// default.
 const Off = -1
 
 // Config configures a Verifier. At least one of JWKSURL, JWKSFile and
