@@ -149,6 +149,9 @@ type Verifier struct {
 	nextEarly atomic.Int64
 	kick      chan struct{} // asks Run for an early refresh
 
+	fetched     chan struct{} // closed once the first fetch of the URL has ended
+	fetchedOnce sync.Once
+
 	fetchMu   sync.Mutex // one fetch or read at a time; guards the fields below
 	lastFetch time.Time  // when the last fetch started; zero before the first
 	wait      time.Duration
@@ -161,8 +164,9 @@ type Verifier struct {
 }
 
 // New returns a Verifier for cfg, having read cfg.JWKSFile if set, or an
-// error that names every invalid field. It starts nothing: Run fetches a
-// JWKS URL.
+// error that names every invalid field: errors.Join of one *ConfigError
+// per problem, a JWKS file that cannot be read or holds no usable key
+// among them. It starts nothing: Run fetches a JWKS URL.
 func New(cfg Config) (*Verifier, error) {
 	v := &Verifier{
 		file:    cfg.JWKSFile,
@@ -175,43 +179,46 @@ func New(cfg Config) (*Verifier, error) {
 		log:     cfg.Logger,
 		metrics: cfg.Metrics,
 		kick:    make(chan struct{}, 1),
+		fetched: make(chan struct{}),
 		after:   timer,
 		onFetch: func(error) {},
 	}
 	var errs []error
-	problem := func(format string, args ...any) { errs = append(errs, fmt.Errorf("jwt: "+format, args...)) }
+	problem := func(field, format string, args ...any) {
+		errs = append(errs, &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
 	if cfg.JWKSURL == "" && cfg.JWKSFile == "" && len(cfg.Secret) == 0 {
-		problem("a JWKS URL, a JWKS file or a secret is required")
+		problem("", "a JWKS URL, a JWKS file or a secret is required")
 	}
 	if cfg.JWKSURL != "" && cfg.JWKSFile != "" {
-		problem("a JWKS URL and a JWKS file exclude each other")
+		problem("", "a JWKS URL and a JWKS file exclude each other")
 	}
 	if cfg.JWKSURL != "" {
 		u, err := url.Parse(cfg.JWKSURL)
 		if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-			problem("JWKS URL: expected an http or https URL")
+			problem("JWKSURL", "expected an http or https URL")
 		} else {
 			v.jwksURL = cfg.JWKSURL
 			v.urlLabel = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 		}
 	}
 	if n := len(cfg.Secret); n > 0 && n < 32 {
-		problem("secret: expected at least 32 bytes (the length of HS256's hash), got %d", n)
+		problem("Secret", "expected at least 32 bytes (the length of HS256's hash), got %d", n)
 	}
 	if strings.ContainsFunc(cfg.Issuer, isControl) {
-		problem("issuer: expected no control characters")
+		problem("Issuer", "expected no control characters")
 	}
 	for _, a := range cfg.Audiences {
 		if a == "" || strings.ContainsFunc(a, isControl) {
-			problem("audience: expected a non-empty value without control characters")
+			problem("Audiences", "expected a non-empty value without control characters")
 			break
 		}
 	}
 	if cfg.Leeway < 0 && cfg.Leeway != Off {
-		problem("leeway %v: must be Off or not negative", cfg.Leeway)
+		problem("Leeway", "must be Off or not negative, got %v", cfg.Leeway)
 	}
 	if cfg.CacheSize < 0 && cfg.CacheSize != Off {
-		problem("cache size %d: must be Off or not negative", cfg.CacheSize)
+		problem("CacheSize", "must be Off or not negative, got %d", cfg.CacheSize)
 	}
 	jwks := cfg.JWKSURL != "" || cfg.JWKSFile != ""
 	if len(cfg.Algorithms) == 0 {
@@ -225,23 +232,20 @@ func New(cfg Config) (*Verifier, error) {
 		a := algorithmNamed(name)
 		switch {
 		case strings.EqualFold(name, "none"):
-			problem(`algorithms: "none" is never allowed`)
+			problem("Algorithms", `"none" is never allowed`)
 		case a == nil:
-			problem("algorithms: unknown algorithm %q (expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256, HS384 or HS512)", name)
+			problem("Algorithms", "unknown algorithm %q (expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256, HS384 or HS512)", name)
 		case slices.Contains(cfg.Algorithms[:i], name):
-			problem("algorithms: %s given twice", name)
+			problem("Algorithms", "%s given twice", name)
 		case a.kind == kindHMAC && len(cfg.Secret) == 0:
-			problem("algorithms: %s needs a secret", name)
+			problem("Algorithms", "%s needs a secret", name)
 		case a.kind == kindHMAC && len(cfg.Secret) < a.hmacMin:
-			problem("algorithms: %s needs a secret of at least %d bytes, got %d", name, a.hmacMin, len(cfg.Secret))
+			problem("Algorithms", "%s needs a secret of at least %d bytes, got %d", name, a.hmacMin, len(cfg.Secret))
 		case a.kind != kindHMAC && !jwks:
-			problem("algorithms: %s needs a JWKS URL or file", name)
+			problem("Algorithms", "%s needs a JWKS URL or file", name)
 		default:
 			v.allowed = append(v.allowed, a)
 		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
 	switch v.leeway {
 	case 0:
@@ -258,6 +262,14 @@ func New(cfg Config) (*Verifier, error) {
 	if v.log == nil {
 		v.log = zap.NewNop()
 	}
+	if v.file != "" && cfg.JWKSURL == "" {
+		if err := v.readKeyFile(); err != nil {
+			errs = append(errs, &ConfigError{Field: "JWKSFile", Problem: err.Error(), Err: err})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	if cfg.CacheSize != Off {
 		c, err := lru.New[[sha256.Size]byte, verified](cmp.Or(cfg.CacheSize, DefaultCacheSize))
 		if err != nil {
@@ -265,10 +277,8 @@ func New(cfg Config) (*Verifier, error) {
 		}
 		v.cache = c
 	}
-	if v.file != "" {
-		if err := v.Reload(); err != nil {
-			return nil, err
-		}
+	if v.jwksURL == "" {
+		v.fetchedOnce.Do(func() { close(v.fetched) })
 	}
 	v.metrics.attach(v)
 	return v, nil
@@ -279,6 +289,64 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f || 0x80 <= r && r < 0
 // Issuer returns Config.Issuer: the issuer every token is checked against
 // ("" for any), which is part of every key of a claim.
 func (v *Verifier) Issuer() string { return v.issuer }
+
+// ConfigError is one problem New found in a Config: the field it is
+// about, and what is wrong with it in words that do not name the field, so
+// that a caller can name its own setting instead ("SLUICE_JWT_SECRET:
+// expected at least 32 bytes ...").
+type ConfigError struct {
+	// Field is the name of the Config field: JWKSURL, JWKSFile, Secret,
+	// Issuer, Audiences, Algorithms, Leeway or CacheSize; "" for a
+	// problem of the key sources together (none given, or a URL and a
+	// file).
+	Field   string
+	Problem string
+	Err     error // the cause, for a JWKS file that could not be read; else nil
+}
+
+// fieldNames are the words ConfigError.Error names each field with.
+var fieldNames = map[string]string{
+	"JWKSURL": "JWKS URL", "JWKSFile": "JWKS file", "Secret": "secret", "Issuer": "issuer",
+	"Audiences": "audience", "Algorithms": "algorithms", "Leeway": "leeway", "CacheSize": "cache size",
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field == "" {
+		return "jwt: " + e.Problem
+	}
+	return "jwt: " + fieldNames[e.Field] + ": " + e.Problem
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Sources describes where the keys come from, for display (check-config):
+// "JWKS URL https://host/path" (without user information, query or
+// fragment), "JWKS file /path" and "HMAC secret", in that order. It never
+// shows a key or the secret.
+func (v *Verifier) Sources() []string {
+	var out []string
+	if v.jwksURL != "" {
+		out = append(out, "JWKS URL "+v.urlLabel)
+	}
+	if v.file != "" {
+		out = append(out, "JWKS file "+v.file)
+	}
+	if len(v.secret) > 0 {
+		out = append(out, "HMAC secret")
+	}
+	return out
+}
+
+// FirstFetch returns a channel closed once the first fetch of the JWKS
+// URL (by Run or Refresh) has ended, whether it put a key set in force or
+// failed; without a JWKS URL it is closed from the start. A gateway waits
+// on it at start-up, within its own deadline.
+func (v *Verifier) FirstFetch() <-chan struct{} { return v.fetched }
+
+// HasKeySet reports whether a key set of the JWKS URL or file is in force.
+// Until one is, only the secret's HMAC tokens can verify, and every other
+// token fails as UnknownKey.
+func (v *Verifier) HasKeySet() bool { return v.set.Load() != nil }
 
 // Algorithms returns the allowed algorithms, for display.
 func (v *Verifier) Algorithms() []string {

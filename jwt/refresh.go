@@ -75,6 +75,7 @@ func (v *Verifier) Refresh(ctx context.Context) error {
 		err = fmt.Errorf("jwt: JWKS %s: %w", v.urlLabel, err)
 	}
 	v.record("JWKS", v.urlLabel, len(keys), skipped, err)
+	v.fetchedOnce.Do(func() { close(v.fetched) })
 	return err
 }
 
@@ -85,6 +86,14 @@ func (v *Verifier) Reload() error {
 	if v.file == "" {
 		return nil
 	}
+	if err := v.readKeyFile(); err != nil {
+		return fmt.Errorf("jwt: JWKS file %s: %w", v.file, err)
+	}
+	return nil
+}
+
+// readKeyFile is Reload, its error without the file's name.
+func (v *Verifier) readKeyFile() error {
 	v.fetchMu.Lock()
 	defer v.fetchMu.Unlock()
 	now := v.now()
@@ -96,10 +105,12 @@ func (v *Verifier) Reload() error {
 	}
 	if err == nil {
 		v.set.Store(&keySet{keys: keys, at: now})
-	} else {
-		err = fmt.Errorf("jwt: JWKS file %s: %w", v.file, err)
 	}
-	v.record("JWKS file", v.file, len(keys), skipped, err)
+	var logged error
+	if err != nil {
+		logged = fmt.Errorf("jwt: JWKS file %s: %w", v.file, err)
+	}
+	v.record("JWKS file", v.file, len(keys), skipped, logged)
 	return err
 }
 

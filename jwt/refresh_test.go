@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -468,8 +469,8 @@ func TestNewErrors(t *testing.T) {
 		{"short secret", Config{Secret: []byte("short")}, []string{"jwt: secret: expected at least 32 bytes (the length of HS256's hash), got 5"}},
 		{"issuer", Config{Secret: []byte(secret), Issuer: "a\x00b"}, []string{"jwt: issuer: expected no control characters"}},
 		{"audience", Config{Secret: []byte(secret), Audiences: []string{"a", ""}}, []string{"jwt: audience: expected a non-empty value without control characters"}},
-		{"leeway", Config{Secret: []byte(secret), Leeway: -2}, []string{"jwt: leeway -2ns: must be Off or not negative"}},
-		{"cache size", Config{Secret: []byte(secret), CacheSize: -2}, []string{"jwt: cache size -2: must be Off or not negative"}},
+		{"leeway", Config{Secret: []byte(secret), Leeway: -2}, []string{"jwt: leeway: must be Off or not negative, got -2ns"}},
+		{"cache size", Config{Secret: []byte(secret), CacheSize: -2}, []string{"jwt: cache size: must be Off or not negative, got -2"}},
 		{"algorithms", Config{Secret: []byte(secret[:40]), Algorithms: []string{"none", "RS1", "HS256", "HS256", "HS512", "RS256"}}, []string{
 			`jwt: algorithms: "none" is never allowed`,
 			`jwt: algorithms: unknown algorithm "RS1" (expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256, HS384 or HS512)`,
@@ -488,6 +489,85 @@ func TestNewErrors(t *testing.T) {
 				t.Errorf("error\n%s\nwant\n%s", got, strings.Join(tt.want, "\n"))
 			}
 		})
+	}
+}
+
+// TestNewConfigErrors: each problem is a *ConfigError naming its field,
+// so that a gateway can name its own settings; a JWKS file that cannot be
+// read is one of them, reported with the others, its cause kept.
+func TestNewConfigErrors(t *testing.T) {
+	_, err := New(Config{JWKSFile: filepath.Join(t.TempDir(), "missing.json"), Secret: []byte("short"), Algorithms: []string{"RS1"}})
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ce *ConfigError
+		if !errors.As(e, &ce) {
+			t.Fatalf("%v is no *ConfigError", e)
+		}
+		fields = append(fields, ce.Field)
+		if strings.Contains(ce.Problem, fieldNames[ce.Field]+":") {
+			t.Errorf("the problem %q names its field", ce.Problem)
+		}
+	}
+	if got := strings.Join(fields, " "); got != "Secret Algorithms JWKSFile" {
+		t.Errorf("fields %s, want Secret Algorithms JWKSFile", got)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the missing file's cause is lost: %v", err)
+	}
+	if !strings.Contains(err.Error(), "jwt: JWKS file: open ") {
+		t.Errorf("error %q", err)
+	}
+	// A file holding no usable key is a problem of the file too.
+	_, err = New(Config{JWKSFile: writeFile(t, []byte(`{"keys":[]}`))})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "JWKSFile" || !strings.Contains(ce.Problem, "no usable signature key") {
+		t.Errorf("an empty set: %v", err)
+	}
+}
+
+// TestFirstFetch: the channel a gateway waits on at start-up closes once
+// the first fetch ends, failed or not, and at once without a URL;
+// HasKeySet tells the two outcomes apart; Sources names the key sources
+// without the URL's secrets.
+func TestFirstFetch(t *testing.T) {
+	m := mintAll(t)
+	closed := func(v *Verifier) bool {
+		select {
+		case <-v.FirstFetch():
+			return true
+		default:
+			return false
+		}
+	}
+	hs := newVerifier(t, Config{Secret: []byte(secret)}, newClock())
+	if !closed(hs) || hs.HasKeySet() || strings.Join(hs.Sources(), ", ") != "HMAC secret" {
+		t.Fatalf("secret only: closed %v, key set %v, sources %q", closed(hs), hs.HasKeySet(), hs.Sources())
+	}
+	file := writeFile(t, m.JWKS("rsa"))
+	f := newVerifier(t, Config{JWKSFile: file, Secret: []byte(secret)}, newClock())
+	if !closed(f) || !f.HasKeySet() || strings.Join(f.Sources(), ", ") != "JWKS file "+file+", HMAC secret" {
+		t.Fatalf("file: closed %v, key set %v, sources %q", closed(f), f.HasKeySet(), f.Sources())
+	}
+
+	srv := jwttest.NewServer(t, m.JWKS("rsa"))
+	srv.SetDown(true)
+	u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/jwks.json?token=s3cret#x"
+	v := newVerifier(t, Config{JWKSURL: u}, newClock())
+	if closed(v) || v.HasKeySet() {
+		t.Fatal("closed before any fetch")
+	}
+	if got := strings.Join(v.Sources(), ", "); got != "JWKS URL "+srv.URL+"/jwks.json" {
+		t.Errorf("sources %q", got)
+	}
+	if err := v.Refresh(context.Background()); err == nil {
+		t.Fatal("a fetch from a server that is down succeeded")
+	}
+	if !closed(v) || v.HasKeySet() {
+		t.Fatalf("after a failed fetch: closed %v, key set %v", closed(v), v.HasKeySet())
+	}
+	srv.SetDown(false)
+	if err := v.Refresh(context.Background()); err != nil || !v.HasKeySet() {
+		t.Fatalf("after a good fetch: %v, key set %v", err, v.HasKeySet())
 	}
 }
 
