@@ -43,6 +43,10 @@ type Config struct {
 	// and override changes itself.
 	Keys   KeyStore
 	Hasher *hashing.Hasher
+	// JWTIssuer is the issuer bearer tokens are verified against
+	// (SLUICE_JWT_ISSUER, "" for any): part of the key of every claim a jwt
+	// rule counts by (hashing.Hasher.JWTKey), so that ?jwt= finds it.
+	JWTIssuer string
 	// Token is the bearer token of the /v1 API. Writes always need it, and
 	// are refused when it is empty; reads need it whenever it is set.
 	Token string
@@ -86,7 +90,7 @@ func NewHandler(cfg Config) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"rules": rulesJSON(cfg.Policy().Rules())})
 	}))
 	if cfg.Keys != nil {
-		api := &keysAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher}
+		api := &keysAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher, issuer: cfg.JWTIssuer}
 		mux.HandleFunc("GET /v1/keys", read(api.getKey))
 		mux.HandleFunc("DELETE /v1/keys", write(api.deleteKey))
 		mux.HandleFunc("GET /v1/overrides", read(api.listOverrides))
@@ -147,22 +151,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // ruleJSON is a rule as the admin API shows it.
 type ruleJSON struct {
-	Name      string   `json:"name"`
-	Line      int      `json:"line"`
-	Methods   []string `json:"methods"`
-	Path      string   `json:"path"`
-	Identity  string   `json:"identity"`
-	Field     string   `json:"field,omitempty"`
-	Limit     int64    `json:"limit"`
-	Window    string   `json:"window"`
-	WindowSec int64    `json:"window_seconds"`
-	Algorithm string   `json:"algorithm"`
-	BucketSec int64    `json:"bucket_seconds,omitempty"`
-	Burst     int64    `json:"burst,omitempty"`
-	Fail      string   `json:"fail"`
-	Shadow    bool     `json:"shadow"`
-	Cost      int64    `json:"cost"`
-	CountAll  bool     `json:"count_all"`
+	Name      string     `json:"name"`
+	Line      int        `json:"line"`
+	Methods   []string   `json:"methods"`
+	Path      string     `json:"path"`
+	Identity  string     `json:"identity"`
+	Field     string     `json:"field,omitempty"`
+	Limit     int64      `json:"limit"`
+	Window    string     `json:"window"`
+	WindowSec int64      `json:"window_seconds"`
+	Algorithm string     `json:"algorithm"`
+	BucketSec int64      `json:"bucket_seconds,omitempty"`
+	Burst     int64      `json:"burst,omitempty"`
+	Fail      string     `json:"fail"`
+	Shadow    bool       `json:"shadow"`
+	Cost      int64      `json:"cost"`
+	CountAll  bool       `json:"count_all"`
+	PlanClaim string     `json:"plan_claim,omitempty"`
+	Plans     []planJSON `json:"plans,omitempty"`
+}
+
+// planJSON is one limit of a rule's plans option.
+type planJSON struct {
+	Name      string `json:"name"`
+	Limit     int64  `json:"limit"`
+	Window    string `json:"window"`
+	WindowSec int64  `json:"window_seconds"`
 }
 
 func rulesJSON(rules []*policy.Rule) []ruleJSON {
@@ -173,12 +187,17 @@ func rulesJSON(rules []*policy.Rule) []ruleJSON {
 			methods = []string{"*"}
 		}
 		path := r.PathString()
+		var plans []planJSON
+		for _, p := range r.Plans {
+			plans = append(plans, planJSON{Name: p.Name, Limit: p.Limit, Window: policy.FormatWindow(p.Window), WindowSec: int64(p.Window / time.Second)})
+		}
 		out = append(out, ruleJSON{
 			Name: r.Name, Line: r.Line, Methods: methods, Path: path,
 			Identity: r.Identity.Kind.String(), Field: r.Identity.Field,
 			Limit: r.Limit, Window: policy.FormatWindow(r.Window), WindowSec: int64(r.Window / time.Second),
 			Algorithm: r.Algorithm.String(), BucketSec: int64(r.Bucket / time.Second), Burst: r.Burst,
 			Fail: r.Fail.String(), Shadow: r.Shadow, Cost: r.Cost, CountAll: r.CountAll,
+			PlanClaim: r.PlanClaim, Plans: plans,
 		})
 	}
 	return out

@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/storetest"
@@ -29,6 +33,13 @@ type adminFixture struct {
 }
 
 func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
+	t.Helper()
+	return newAdminFixtureJWT(t, rules, token, nil)
+}
+
+// newAdminFixtureJWT is newAdminFixture whose proxy verifies bearer
+// tokens with v (when not nil), and whose admin API knows v's issuer.
+func newAdminFixtureJWT(t *testing.T, rules, token string, v *jwt.Verifier) *adminFixture {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(up.Close)
@@ -50,7 +61,12 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	}
 	h, _ := hashing.New([]byte("admin-test-key-0123"))
 	upURL, _ := url.Parse(up.URL)
-	dec, err := proxy.NewDecider(proxy.DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
+	dcfg := proxy.DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}}
+	issuer := ""
+	if v != nil {
+		dcfg.JWT, issuer = v, v.Issuer()
+	}
+	dec, err := proxy.NewDecider(dcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +78,7 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 	t.Cleanup(pub.Close)
 	adm := httptest.NewServer(NewHandler(Config{
 		Policy: p.Policy, Gatherer: reg,
-		Keys: mem, Hasher: h, Token: token, Stats: stats, StoreKind: "memory",
+		Keys: mem, Hasher: h, Token: token, Stats: stats, StoreKind: "memory", JWTIssuer: issuer,
 	}))
 	t.Cleanup(adm.Close)
 	return &adminFixture{public: pub, admin: adm, hasher: h, stats: stats}
@@ -201,7 +217,7 @@ func TestAdminErrors(t *testing.T) {
 		{"GET", "/v1/keys", "", "", 400, "query parameter rule is required"},
 		{"GET", "/v1/keys?rule=nope&ip=1.2.3.4", "", "", 404, "no rule named 'nope'"},
 		{"GET", "/v1/keys?rule=login", "", "", 400, "rule 'login' counts by ip: give ip="},
-		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant, header, descriptor or key, got ip, email"},
+		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&email=a@b.c", "", "", 400, "give one of ip, email, tenant, header, jwt, descriptor or key, got ip, email"},
 		{"GET", "/v1/keys?rule=login&ip=banana", "", "", 400, "ip: not an IP address"},
 		{"GET", "/v1/keys?rule=login&ip=1.2.3.4&ip=5.6.7.8", "", "", 400, "query parameter ip given more than once"},
 		{"GET", "/v1/keys?rule=login&email=%EF%BB%BFa@b.c", "", "", 400, "email: holds an invisible format character"},
@@ -233,5 +249,127 @@ func TestAdminErrors(t *testing.T) {
 		if code != 400 || p.Detail != tc.detail {
 			t.Errorf("PUT %s: %d %q, want 400 %q", tc.body, code, p.Detail, tc.detail)
 		}
+	}
+}
+
+// hs256 signs claims with secret: a token for the admin API's tests, which
+// check keys rather than verification (jwt's and the gateway's tests use
+// tokens PyJWT signed).
+func hs256(t *testing.T, secret string, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(payload)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(in))
+	return in + "." + enc(mac.Sum(nil))
+}
+
+// TestAdminJWT: ?jwt= names the key of a user of a jwt rule as the proxy
+// counts it (the claim, keyed with the issuer), for lookups, resets and
+// overrides; ?plan= looks it up under a plan's limit; /v1/rules shows the
+// plans.
+func TestAdminJWT(t *testing.T) {
+	const secret = "admin-test-jwt-secret-of-32-bytes!"
+	v, err := jwt.New(jwt.Config{Secret: []byte(secret), Issuer: "https://issuer.example/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newAdminFixtureJWT(t, "api: GET /api/* by jwt 2/1h plans(plan)=pro:5/1h,team:50/1d; login: POST /api/login by ip 2/1m", "s3cret", v)
+	alice := hs256(t, secret, map[string]any{"sub": "alice", "iss": "https://issuer.example/", "exp": time.Now().Add(time.Hour).Unix(), "plan": "free"})
+	send := func() int {
+		req, _ := http.NewRequest("GET", f.public.URL+"/api/x", nil)
+		req.Header.Set("Authorization", "Bearer "+alice)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := []int{send(), send(), send()}; !slices.Equal(got, []int{200, 200, 429}) {
+		t.Fatalf("alice: %v, want [200 200 429]", got)
+	}
+	key := func(query string) keyJSON {
+		t.Helper()
+		code, body := call(t, "GET", f.admin.URL+"/v1/keys?"+query, "s3cret", "")
+		var k keyJSON
+		if code != 200 || json.Unmarshal([]byte(body), &k) != nil {
+			t.Fatalf("GET /v1/keys?%s: %d %s", query, code, body)
+		}
+		return k
+	}
+	if k := key("rule=api&jwt=alice"); k.Count != 2 || k.Limit != 2 || k.Remaining != 0 {
+		t.Fatalf("alice: %+v, want 2 of 2 used", k)
+	}
+	if k := key("rule=api&jwt=alice&plan=pro"); k.Count != 2 || k.Limit != 5 || k.Remaining != 3 || k.Window != "1h" {
+		t.Fatalf("alice under pro: %+v, want 2 of 5 used", k)
+	}
+	if k := key("rule=api&jwt=bob"); k.Count != 0 {
+		t.Fatalf("bob: %+v, want nothing used", k)
+	}
+	if k := key("rule=api&ip=127.0.0.1"); k.Count != 0 {
+		t.Fatalf("the client's IP: %+v, want nothing used: alice's token verified", k)
+	}
+	// key=, the hashed key that the overrides and the most limited keys
+	// show, takes plan= too: a hashed key does not tell its plan.
+	hashed := key("rule=api&jwt=alice").Key
+	if k := key("rule=api&key=" + hashed + "&plan=pro"); k.Count != 2 || k.Limit != 5 || k.Key != hashed {
+		t.Fatalf("alice's hashed key under pro: %+v, want 2 of 5 used", k)
+	}
+
+	// An override for alice, then a reset of her counter.
+	u := f.admin.URL + "/v1/overrides?rule=api&jwt=alice"
+	if code, body := call(t, "PUT", u, "s3cret", `{"limit":3,"window":"1h"}`); code != 200 {
+		t.Fatalf("PUT override: %d %s", code, body)
+	}
+	if got := []int{send(), send()}; !slices.Equal(got, []int{200, 429}) {
+		t.Fatalf("alice with an override of 3: %v, want [200 429]", got)
+	}
+	if code, _ := call(t, "DELETE", f.admin.URL+"/v1/keys?rule=api&jwt=alice", "s3cret", ""); code != 204 {
+		t.Fatalf("DELETE key: %d", code)
+	}
+	if k := key("rule=api&jwt=alice"); k.Count != 0 || k.Limit != 3 {
+		t.Fatalf("alice after the reset: %+v, want 0 of her override's 3 used", k)
+	}
+	if code, _ := call(t, "DELETE", u, "s3cret", ""); code != 204 {
+		t.Fatalf("DELETE override: %d", code)
+	}
+
+	for _, tc := range []struct{ query, detail string }{
+		{"rule=login&jwt=alice", "jwt: rule 'login' counts by ip, not by a token's claim"},
+		{"rule=api&jwt=", "jwt: empty"},
+		{"rule=api&jwt=a&jwt=b", "query parameter jwt given more than once"},
+		{"rule=api&jwt=alice&ip=1.2.3.4", "give one of ip, email, tenant, header, jwt, descriptor or key, got ip, jwt"},
+		{"rule=api&jwt=alice&key=" + hashed, "give one of ip, email, tenant, header, jwt, descriptor or key, got jwt, key"},
+		{"rule=api&jwt=alice&descriptor=x", "give one of ip, email, tenant, header, jwt, descriptor or key, got jwt, descriptor"},
+		{"rule=api&key=" + hashed + "&plan=gold", "plan: rule 'api' has no plan 'gold' (its plans: pro, team)"},
+		{"rule=api&jwt=alice&plan=gold", "plan: rule 'api' has no plan 'gold' (its plans: pro, team)"},
+		{"rule=api&jwt=alice&plan=pro&plan=team", "query parameter plan given more than once"},
+		{"rule=login&ip=1.2.3.4&plan=pro", "plan: rule 'login' has no plans"},
+	} {
+		code, body := call(t, "GET", f.admin.URL+"/v1/keys?"+tc.query, "s3cret", "")
+		var p proxy.Problem
+		json.Unmarshal([]byte(body), &p)
+		if code != 400 || p.Detail != tc.detail {
+			t.Errorf("GET /v1/keys?%s: %d %q, want 400 %q", tc.query, code, p.Detail, tc.detail)
+		}
+	}
+
+	var rules struct{ Rules []ruleJSON }
+	code, body := call(t, "GET", f.admin.URL+"/v1/rules", "s3cret", "")
+	if code != 200 || json.Unmarshal([]byte(body), &rules) != nil || len(rules.Rules) != 2 {
+		t.Fatalf("GET /v1/rules: %d %s", code, body)
+	}
+	api := rules.Rules[0]
+	want := []planJSON{{Name: "pro", Limit: 5, Window: "1h", WindowSec: 3600}, {Name: "team", Limit: 50, Window: "1d", WindowSec: 86400}}
+	if api.Identity != "jwt" || api.Field != "sub" || api.PlanClaim != "plan" || !slices.Equal(api.Plans, want) {
+		t.Errorf("/v1/rules shows %+v", api)
+	}
+	if strings.Contains(body, `"plans"`) && strings.Count(body, `"plans"`) != 1 {
+		t.Errorf("a rule without plans shows them: %s", body)
 	}
 }

@@ -262,7 +262,7 @@ func TestKeysByHashedKey(t *testing.T) {
 	for _, tc := range []struct{ query, detail string }{
 		{"rule=login&key=short", "key: not a hashed key (43 characters of base64url, as GET /v1/overrides lists them)"},
 		{"rule=login&key=" + key + "&key=" + key, "query parameter key given more than once"},
-		{"rule=login&key=" + key + "&ip=1.2.3.4", "give one of ip, email, tenant, header, descriptor or key, got ip, key"},
+		{"rule=login&key=" + key + "&ip=1.2.3.4", "give one of ip, email, tenant, header, jwt, descriptor or key, got ip, key"},
 	} {
 		code, body := call(t, "GET", f.admin.URL+"/v1/keys?"+tc.query, "s3cret", "")
 		var p proxy.Problem

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -40,22 +41,28 @@ type keysAPI struct {
 	policy func() *policy.Policy // the rules in force
 	store  KeyStore
 	hasher *hashing.Hasher
+	issuer string // the issuer tokens are verified against, part of a jwt rule's keys
 }
 
 // identityParams are the kinds of identity whose query parameter (the
-// kind's name in the rule language: ip=, email=, tenant=, header=) names a
-// key.
-var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader}
+// kind's name in the rule language: ip=, email=, tenant=, header=, jwt=)
+// names a key.
+var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader, policy.ByJWT}
 
 // keyParam names a counter by its hashed key, as GET /v1/overrides and
 // the console's most limited keys show it, instead of by an identity.
 const keyParam = "key"
 
-// target resolves ?rule=…&ip=… (or email=, tenant=, header=, descriptor=
-// once for each open value of an rls: rule's descriptor, or key=, the
-// hashed key itself) to a check. A "by global" rule needs no identity.
-// Any identity kind is accepted for any rule, so the IP counters that
-// stand in for a missing identifier can be read and reset too.
+// target resolves ?rule=…&ip=… (or email=, tenant=, header=, jwt=,
+// descriptor= once for each open value of an rls: rule's descriptor, or
+// key=, the hashed key itself) to a check. A "by global" rule needs no
+// identity. Any identity kind but jwt is accepted for any rule, so the IP
+// counters that stand in for a missing identifier (or an unverified
+// token) can be read and reset too; jwt= is the value of the claim a "by
+// jwt" rule counts by, keyed as the proxy keys it. plan=, on a rule with
+// plans, checks the key under that plan's limit, as the proxy does for a
+// user whose verified claim names it; with key= too, since a hashed key
+// does not tell the plan it was counted under.
 func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	q := r.URL.Query()
 	name := q.Get("rule")
@@ -91,11 +98,11 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	}
 	switch {
 	case len(given) > 1:
-		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant, header, descriptor or key, got " + strings.Join(given, ", ")}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "give one of ip, email, tenant, header, jwt, descriptor or key, got " + strings.Join(given, ", ")}
 	case isDescriptor && rule.IsRLS() && len(descriptor) != len(rule.DescriptorValues(rule.Descriptor, nil)):
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts the values of descriptor(%s) that it leaves open: give descriptor= once for each, in order", name, rule.Identity.Field)}
 	case isDescriptor:
-		return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
+		return a.planned(q, limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)})
 	case byKey:
 		if len(hashed) != 1 {
 			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter key given more than once"}
@@ -103,9 +110,9 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 		if !isHashedKey(hashed[0]) {
 			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "key: not a hashed key (43 characters of base64url, as GET /v1/overrides lists them)"}
 		}
-		return limiter.Check{Rule: rule, Key: hashed[0]}, nil
+		return a.planned(q, limiter.Check{Rule: rule, Key: hashed[0]})
 	case len(given) == 0 && rule.Identity.Kind == policy.ByGlobal:
-		return limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal.String(), "")}, nil
+		return a.planned(q, limiter.Check{Rule: rule, Key: a.hasher.Key(policy.ByGlobal.String(), "")})
 	case len(given) == 0:
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts by %s: give %s=", name, rule.Identity.Kind, identityParam(rule.Identity.Kind))}
 	}
@@ -130,11 +137,45 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: given[0] + ": " + err.Error()}
 		}
 		value = v
+	case policy.ByJWT:
+		// A claim is keyed as the token holds it (an integer as its
+		// decimal), under the claim's name and the issuer: only a rule
+		// that counts by a claim has such keys.
+		if rule.Identity.Kind != policy.ByJWT {
+			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("jwt: rule '%s' counts by %s, not by a token's claim", name, rule.Identity.Kind)}
+		}
 	}
 	if value == "" {
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}
 	}
-	return limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)}, nil
+	if kind == policy.ByJWT {
+		return a.planned(q, limiter.Check{Rule: rule, Key: a.hasher.JWTKey(a.issuer, rule.Identity.Field, value)})
+	}
+	return a.planned(q, limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)})
+}
+
+// planned applies ?plan= to c: the rule as counted under that plan
+// (policy.Rule.ForPlan), or c as it is without the parameter.
+func (a *keysAPI) planned(q url.Values, c limiter.Check) (limiter.Check, *proxy.Problem) {
+	vs, ok := q["plan"]
+	switch {
+	case !ok:
+		return c, nil
+	case len(vs) != 1:
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter plan given more than once"}
+	case len(c.Rule.Plans) == 0:
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("plan: rule '%s' has no plans", c.Rule.Name)}
+	}
+	planned := c.Rule.ForPlan(vs[0])
+	if planned == c.Rule {
+		names := make([]string, len(c.Rule.Plans))
+		for i, p := range c.Rule.Plans {
+			names[i] = p.Name
+		}
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("plan: rule '%s' has no plan '%s' (its plans: %s)", c.Rule.Name, vs[0], strings.Join(names, ", "))}
+	}
+	c.Rule = planned
+	return c, nil
 }
 
 // isHashedKey reports whether s has the form of hashing.Hasher.Key's
