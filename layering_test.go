@@ -48,7 +48,7 @@ var layers = map[string][]string{
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
 	// The gateway assembles everything; main only dispatches to it.
-	"gateway": {"admin", "check", "check/rls", "hashing", "internal/httpserve", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity", "telemetry"},
+	"gateway": {"admin", "check", "check/rls", "hashing", "internal/httpserve", "jwt", "limiter", "limiter/memory", "limiter/postgres", "policy", "proxy", "proxy/identity", "telemetry"},
 	"":        {"gateway"},
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/identity"
@@ -69,6 +70,18 @@ type settings struct {
 	LogLevel          string        `env:"SLUICE_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat         string        `env:"SLUICE_LOG_FORMAT" envDefault:"json" help:"json or console"`
 
+	// Verified identity (jwt rules, plans): where the keys that verify
+	// bearer tokens come from, how far clocks may disagree, and what else a
+	// token must hold.
+	JWTJWKSURL    string        `env:"SLUICE_JWT_JWKS_URL" help:"a JWK set that verifies bearer tokens (jwt rules, plans), fetched at start-up and refreshed every 10 min or as its Cache-Control says"`
+	JWTJWKSFile   string        `env:"SLUICE_JWT_JWKS_FILE" help:"a JWK set in a file, instead of SLUICE_JWT_JWKS_URL; SIGHUP re-reads it"`
+	JWTSecret     string        `env:"SLUICE_JWT_SECRET" help:"the HMAC key of HS256, HS384 and HS512 tokens, its bytes as given, at least 32 bytes; beside a JWKS or alone; never shown"`
+	JWTLeeway     time.Duration `env:"SLUICE_JWT_LEEWAY" envDefault:"30s" help:"how far a token's exp, nbf and iat may be off; 0 for none"`
+	JWTIssuer     string        `env:"SLUICE_JWT_ISSUER" help:"the only iss a token may have; empty accepts any"`
+	JWTAudience   string        `env:"SLUICE_JWT_AUDIENCE" help:"comma list: a token's aud must hold one of them; empty accepts any"`
+	JWTAlgorithms string        `env:"SLUICE_JWT_ALGORITHMS" help:"comma list of the alg values accepted; empty means every one the keys can verify (never none)"`
+	JWTInvalid    string        `env:"SLUICE_JWT_INVALID" envDefault:"ip" help:"a present but invalid token: ip (counted by the client IP, like a request without one) or reject (401)"`
+
 	// Tracing: the standard OpenTelemetry variables sluice reads itself
 	// (see telemetry.Config); the exporter reads the others.
 	OTELEndpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" help:"OTLP collector for traces, e.g. http://collector:4318; empty: no tracing and no cost"`
@@ -98,6 +111,13 @@ type config struct {
 	hashKeyDerived bool          // no SLUICE_HASH_KEY: a random per-process key is used
 	certs          *certificates // SLUICE_TLS_*; nil without TLS
 	tracing        telemetry.Config
+	// jwt verifies bearer tokens; nil without a key source (no
+	// SLUICE_JWT_JWKS_URL, SLUICE_JWT_JWKS_FILE or SLUICE_JWT_SECRET). It
+	// has no logger and no metrics: load built it to validate the
+	// settings, and check-config shows it; the gateway builds its own of
+	// jwtConfig, whose Logger and Metrics it sets.
+	jwt       *jwt.Verifier
+	jwtConfig jwt.Config
 }
 
 // public reports whether the public listener (the proxy) runs: only with
@@ -189,6 +209,7 @@ func load(environ map[string]string) (*config, error) {
 
 	c.trusted = parse(&problems, "SLUICE_TRUSTED_PROXIES", identity.ParseTrustedProxies, s.TrustedProxies)
 	c.certs = loadTLS(&problems, s)
+	loadJWT(c, &problems, unparsed)
 
 	switch s.FailMode {
 	case "open":
@@ -272,6 +293,91 @@ func sameListener(first, second string) string {
 		return second + ": must differ from SLUICE_ADMIN_LISTEN: the admin API is never on a listener other proxies call"
 	}
 	return second + ": must differ from " + first + ": each listener has an address of its own"
+}
+
+// jwtSettings name the settings of jwt.Config's fields, for its problems.
+var jwtSettings = map[string]string{
+	"JWKSURL":    "SLUICE_JWT_JWKS_URL",
+	"JWKSFile":   "SLUICE_JWT_JWKS_FILE",
+	"Secret":     "SLUICE_JWT_SECRET",
+	"Issuer":     "SLUICE_JWT_ISSUER",
+	"Audiences":  "SLUICE_JWT_AUDIENCE",
+	"Algorithms": "SLUICE_JWT_ALGORITHMS",
+	"Leeway":     "SLUICE_JWT_LEEWAY",
+}
+
+// hasKeySource reports whether any setting gives keys that verify tokens.
+func (s *settings) hasKeySource() bool {
+	return s.JWTJWKSURL != "" || s.JWTJWKSFile != "" || s.JWTSecret != ""
+}
+
+// loadJWT validates the SLUICE_JWT_* settings, and with a key source
+// builds the verifier (reading SLUICE_JWT_JWKS_FILE) into c.jwt. Without
+// a key source the other SLUICE_JWT_* settings have nothing to check, and
+// rules that need a token are refused (see loadRules). The problems
+// jwt.New finds are reported under the settings' names; the secret is in
+// none of them.
+func loadJWT(c *config, problems *[]string, unparsed map[string]bool) {
+	s := &c.settings
+	if s.JWTInvalid != "ip" && s.JWTInvalid != "reject" {
+		*problems = append(*problems, fmt.Sprintf("SLUICE_JWT_INVALID: expected ip or reject, got %q", s.JWTInvalid))
+	}
+	leeway := s.JWTLeeway
+	switch {
+	case unparsed["SLUICE_JWT_LEEWAY"]:
+	case leeway < 0:
+		*problems = append(*problems, fmt.Sprintf("SLUICE_JWT_LEEWAY: must be 0 (none) or more, got %s", leeway))
+		leeway = 0 // jwt's default: the other settings are still checked
+	case leeway == 0:
+		leeway = jwt.Off
+	}
+	if !s.hasKeySource() {
+		return
+	}
+	c.jwtConfig = jwt.Config{
+		JWKSURL:    s.JWTJWKSURL,
+		JWKSFile:   s.JWTJWKSFile,
+		Secret:     []byte(s.JWTSecret),
+		Issuer:     s.JWTIssuer,
+		Audiences:  commaList(s.JWTAudience),
+		Algorithms: commaList(s.JWTAlgorithms),
+		Leeway:     leeway,
+	}
+	v, err := jwt.New(c.jwtConfig)
+	if err == nil {
+		c.jwt = v
+		return
+	}
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	for _, e := range errs {
+		var ce *jwt.ConfigError
+		switch {
+		case !errors.As(e, &ce):
+			*problems = append(*problems, e.Error())
+		case jwtSettings[ce.Field] != "":
+			*problems = append(*problems, jwtSettings[ce.Field]+": "+ce.Problem)
+		case s.JWTJWKSURL != "" && s.JWTJWKSFile != "":
+			*problems = append(*problems, "SLUICE_JWT_JWKS_URL and SLUICE_JWT_JWKS_FILE: set one, not both")
+		default:
+			*problems = append(*problems, "SLUICE_JWT_*: "+ce.Problem)
+		}
+	}
+}
+
+// commaList splits a comma list, trimming white space around each item;
+// nil when s holds nothing but white space.
+func commaList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	items := strings.Split(s, ",")
+	for i := range items {
+		items[i] = strings.TrimSpace(items[i])
+	}
+	return items
 }
 
 // migrateSettings are the only settings `sluice migrate` reads, with the
@@ -398,7 +504,10 @@ func countProblems(n int) string {
 }
 
 // loadRules reads and parses the rules of SLUICE_RULES or SLUICE_RULES_FILE:
-// the policy, or every problem, each naming where the rules came from.
+// the policy, or every problem, each naming where the rules came from. A
+// rule that counts by a token's claim (by jwt) or picks its limit by one
+// (plans) is refused without keys to verify tokens: it would count every
+// request by its client IP, and no plan would ever apply.
 func loadRules(s settings) (*policy.Policy, []string) {
 	src, origin, err := rulesSource(s)
 	if err != nil {
@@ -410,6 +519,25 @@ func loadRules(s settings) (*policy.Policy, []string) {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			problems = append(problems, origin+": "+line)
 		}
+		return nil, problems
+	}
+	if s.hasKeySource() {
+		return p, nil
+	}
+	var problems []string
+	for _, r := range p.Rules() {
+		what := ""
+		switch {
+		case r.Identity.Kind == policy.ByJWT:
+			what = "by " + r.Identity.String()
+		case len(r.Plans) > 0:
+			what = "plans(" + r.PlanClaim + ")"
+		default:
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("%s: line %d: rule %q: %s needs keys to verify tokens: set SLUICE_JWT_JWKS_URL, SLUICE_JWT_JWKS_FILE or SLUICE_JWT_SECRET", origin, r.Line, r.Name, what))
+	}
+	if len(problems) > 0 {
 		return nil, problems
 	}
 	return p, nil

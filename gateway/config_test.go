@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,6 +20,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/postgres"
@@ -78,6 +83,7 @@ func TestDefaultsAgree(t *testing.T) {
 		{"SLUICE_LOCAL_CACHE_SIZE", c.LocalCacheSize, limiter.DefaultCacheSize},
 		{"SLUICE_MEMORY_MAX_KEYS", c.MemoryMaxKeys, memory.DefaultMaxKeys},
 		{"SLUICE_FAIL_MODE", c.failMode, policy.FailLocal}, // what limiter.Config reads its zero DefaultFail as
+		{"SLUICE_JWT_LEEWAY", c.JWTLeeway, jwt.DefaultLeeway},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: the setting's default is %v, the package's %v", tc.setting, tc.got, tc.want)
@@ -141,6 +147,9 @@ func TestLoadRulesFile(t *testing.T) {
 		t.Fatalf("got %d rules, want 2", n)
 	}
 }
+
+// testJWTSecret is a valid SLUICE_JWT_SECRET (40 bytes: HS256 only).
+const testJWTSecret = "a-supabase-style-jwt-secret-of-40-bytes!"
 
 // TestLoadErrors keeps one fixture per configuration error with its exact
 // message.
@@ -215,6 +224,25 @@ func TestLoadErrors(t *testing.T) {
 		{"rules", map[string]string{"SLUICE_RULES": "login POST /api/login by ip 5/15m"}, `SLUICE_RULES: line 1: name: expected "name:" at the start of the rule, got "login"`},
 		{"rules, the second of a line", map[string]string{"SLUICE_RULES": "login: POST /api/login by ip 5/15m; reset: POST /api/reset by ip 5/15x"}, `SLUICE_RULES: line 1, column 37: rule "reset": limit: expected N/window such as 5/15m, got "5/15x"`},
 		{"rules, unknown method", map[string]string{"SLUICE_RULES": "login: GETT /api/login by ip 5/15m"}, `SLUICE_RULES: line 1: rule "login": methods: expected a method of the IANA HTTP Method Registry (such as GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS) or PURGE, got "GETT"`},
+		{"jwt rule without keys", map[string]string{"SLUICE_RULES": "login: POST /api/login by ip 5/15m\napi: GET /api/* by jwt 5/1m"}, `SLUICE_RULES: line 2: rule "api": by jwt needs keys to verify tokens: set SLUICE_JWT_JWKS_URL, SLUICE_JWT_JWKS_FILE or SLUICE_JWT_SECRET`},
+		{"jwt(claim) rule without keys", map[string]string{"SLUICE_RULES": "api: GET /api/* by jwt(app_metadata.tenant_id) 5/1m"}, `SLUICE_RULES: line 1: rule "api": by jwt(app_metadata.tenant_id) needs keys to verify tokens: set SLUICE_JWT_JWKS_URL, SLUICE_JWT_JWKS_FILE or SLUICE_JWT_SECRET`},
+		{"plans without keys", map[string]string{"SLUICE_RULES": "api: GET /api/* by ip 5/1m plans(tier)=pro:50/1m"}, `SLUICE_RULES: line 1: rule "api": plans(tier) needs keys to verify tokens: set SLUICE_JWT_JWKS_URL, SLUICE_JWT_JWKS_FILE or SLUICE_JWT_SECRET`},
+		{"jwks url and file", map[string]string{"SLUICE_JWT_JWKS_URL": "https://auth.example/jwks.json", "SLUICE_JWT_JWKS_FILE": "/etc/sluice/jwks.json"}, "SLUICE_JWT_JWKS_URL and SLUICE_JWT_JWKS_FILE: set one, not both"},
+		{"jwks url scheme", map[string]string{"SLUICE_JWT_JWKS_URL": "ftp://auth.example/jwks.json"}, "SLUICE_JWT_JWKS_URL: expected an http or https URL"},
+		{"jwks url with a password", map[string]string{"SLUICE_JWT_JWKS_URL": "ftp://u:secret@auth.example/jwks.json"}, "SLUICE_JWT_JWKS_URL: expected an http or https URL"},
+		{"jwks url relative", map[string]string{"SLUICE_JWT_JWKS_URL": "/jwks.json"}, "SLUICE_JWT_JWKS_URL: expected an http or https URL"},
+		{"jwks file missing", map[string]string{"SLUICE_JWT_JWKS_FILE": "/nonexistent/jwks.json"}, "SLUICE_JWT_JWKS_FILE: open /nonexistent/jwks.json: no such file or directory"},
+		{"jwt secret short", map[string]string{"SLUICE_JWT_SECRET": "too-short"}, "SLUICE_JWT_SECRET: expected at least 32 bytes (the length of HS256's hash), got 9"},
+		{"jwt issuer", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_ISSUER": "https://auth.example/\x01"}, "SLUICE_JWT_ISSUER: expected no control characters"},
+		{"jwt audience", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_AUDIENCE": "api,,web"}, "SLUICE_JWT_AUDIENCE: expected a non-empty value without control characters"},
+		{"jwt algorithm none", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_ALGORITHMS": "HS256, none"}, `SLUICE_JWT_ALGORITHMS: "none" is never allowed`},
+		{"jwt algorithm unknown", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_ALGORITHMS": "hs256"}, `SLUICE_JWT_ALGORITHMS: unknown algorithm "hs256" (expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256, HS384 or HS512)`},
+		{"jwt algorithm without its key", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_ALGORITHMS": "RS256"}, "SLUICE_JWT_ALGORITHMS: RS256 needs a JWKS URL or file"},
+		{"jwt algorithm, secret too short for it", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_ALGORITHMS": "HS512"}, "SLUICE_JWT_ALGORITHMS: HS512 needs a secret of at least 64 bytes, got 40"},
+		{"jwt algorithm without a secret", map[string]string{"SLUICE_JWT_JWKS_URL": "https://auth.example/jwks.json", "SLUICE_JWT_ALGORITHMS": "RS256,HS256"}, "SLUICE_JWT_ALGORITHMS: HS256 needs a secret"},
+		{"jwt leeway syntax", map[string]string{"SLUICE_JWT_LEEWAY": "soon"}, `SLUICE_JWT_LEEWAY: expected a duration such as 50ms or 2s, got "soon"`},
+		{"jwt leeway negative", map[string]string{"SLUICE_JWT_SECRET": testJWTSecret, "SLUICE_JWT_LEEWAY": "-1s"}, "SLUICE_JWT_LEEWAY: must be 0 (none) or more, got -1s"},
+		{"jwt invalid", map[string]string{"SLUICE_JWT_INVALID": "drop"}, `SLUICE_JWT_INVALID: expected ip or reject, got "drop"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := base()
@@ -236,7 +264,7 @@ func TestLoadErrors(t *testing.T) {
 			if (!prefixOnly && got != tc.want) || !strings.HasPrefix(got, tc.want) {
 				t.Fatalf("problem\n got: %s\nwant: %s", got, tc.want)
 			}
-			if strings.Contains(err.Error(), "secret") {
+			if strings.Contains(err.Error(), ":secret") || strings.Contains(err.Error(), testJWTSecret) {
 				t.Fatalf("message leaks a password: %s", err)
 			}
 			if head, _, _ := strings.Cut(err.Error(), "\n"); head != "invalid configuration (1 problem):" {
@@ -266,6 +294,64 @@ func TestLoadListsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestLoadJWT: the SLUICE_JWT_* settings as the verifier gets them, and
+// what check-config shows of them.
+func TestLoadJWT(t *testing.T) {
+	c, err := load(base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.jwt != nil || c.JWTInvalid != "ip" || c.JWTLeeway != 30*time.Second {
+		t.Fatalf("defaults: verifier %v, invalid %q, leeway %s", c.jwt, c.JWTInvalid, c.JWTLeeway)
+	}
+
+	env := base()
+	env["SLUICE_RULES"] = "api: GET /api/* by jwt 5/1m plans(app_metadata.plan)=pro:50/1m"
+	env["SLUICE_JWT_JWKS_URL"] = "https://u:pw@auth.example/.well-known/jwks.json?x=1"
+	env["SLUICE_JWT_SECRET"] = testJWTSecret
+	env["SLUICE_JWT_ISSUER"] = "https://auth.example/"
+	env["SLUICE_JWT_AUDIENCE"] = " api , web"
+	env["SLUICE_JWT_LEEWAY"] = "0"
+	env["SLUICE_JWT_INVALID"] = "reject"
+	c, err = load(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jc := c.jwtConfig
+	if c.jwt == nil || jc.Leeway != jwt.Off || strings.Join(jc.Audiences, "|") != "api|web" || jc.Algorithms != nil || string(jc.Secret) != testJWTSecret {
+		t.Fatalf("verifier config %+v", jc)
+	}
+	var out bytes.Buffer
+	if err := CheckConfig(env, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "bearer tokens: keys from JWKS URL https://auth.example/.well-known/jwks.json and HMAC secret; " +
+		"algorithms RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA, HS256; " +
+		"issuer https://auth.example/; audience api, web; leeway 0s; invalid tokens rejected (401)\n"
+	if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "plans(app_metadata.plan)=pro:50/1m") {
+		t.Errorf("check-config:\n%s\nwant the line\n%s", out.String(), want)
+	}
+
+	// A file, and the algorithms given.
+	m := mintGateway(t)
+	env = base()
+	env["SLUICE_JWT_JWKS_FILE"] = writeJWKS(t, m.JWKS("rsa"))
+	env["SLUICE_JWT_ALGORITHMS"] = "RS256,ES256"
+	out.Reset()
+	if err := CheckConfig(env, &out); err != nil {
+		t.Fatal(err)
+	}
+	want = "bearer tokens: keys from JWKS file " + env["SLUICE_JWT_JWKS_FILE"] + "; algorithms RS256, ES256; issuer any; audience any; leeway 30s; invalid tokens counted by client IP\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("check-config:\n%s\nwant the line\n%s", out.String(), want)
+	}
+	// A file that holds no key it could use is refused with its reason.
+	env["SLUICE_JWT_JWKS_FILE"] = writeJWKS(t, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`))
+	if _, err := load(env); err == nil || !strings.Contains(err.Error(), "\n  SLUICE_JWT_JWKS_FILE: no usable signature key") {
+		t.Errorf("a set of nothing but an HMAC key: %v", err)
+	}
+}
+
 // TestLoadAdminListen: the admin API may listen on loopback without a
 // token; anywhere else it needs one.
 func TestLoadAdminListen(t *testing.T) {
@@ -292,16 +378,18 @@ func TestLoadAdminListen(t *testing.T) {
 	}
 }
 
-// TestSecretsNeverShown: the hash key, the admin token and passwords in any
-// URL appear in no configuration error, no check-config output and no log
-// line, whatever else is wrong.
+// TestSecretsNeverShown: the hash key, the admin token, the JWT secret,
+// passwords in any URL and bearer tokens appear in no configuration
+// error, no check-config output and no log line, whatever else is wrong.
 func TestSecretsNeverShown(t *testing.T) {
 	const (
-		hashKey  = "hashkey-S3CRET-0123456789"
-		token    = "token-S3CRET"
-		password = "pw-S3CRET"
+		hashKey   = "hashkey-S3CRET-0123456789"
+		token     = "token-S3CRET"
+		password  = "pw-S3CRET"
+		jwtSecret = "jwt-S3CRET-0123456789abcdef0123456789" // 37 bytes: HS256
 	)
-	secrets := []string{hashKey, token, password, "S3CRET"}
+	bearer := hs256(t, jwtSecret, map[string]any{"sub": "user-S3CRET", "exp": time.Now().Add(time.Hour).Unix()})
+	secrets := []string{hashKey, token, password, jwtSecret, bearer, "S3CRET"}
 	leaks := func(where, s string) {
 		t.Helper()
 		for _, secret := range secrets {
@@ -321,10 +409,16 @@ func TestSecretsNeverShown(t *testing.T) {
 		{"SLUICE_DATABASE_URL": "host=h password=" + password + " port=x"},
 		{"SLUICE_HASH_KEY": "S3CRET"}, // too short
 		{"SLUICE_ADMIN_LISTEN": "0.0.0.0:9090", "SLUICE_RULES": "bad"},
+		{"SLUICE_JWT_SECRET": "S3CRET-too-short"},
+		{"SLUICE_JWT_ALGORITHMS": "HS384"}, // the secret is too short for it
+		{"SLUICE_JWT_JWKS_URL": "ftp://u:" + password + "@auth.example/jwks?key=" + password},
+		{"SLUICE_JWT_JWKS_URL": "https://u:" + password + "%zz@auth.example/"},
+		{"SLUICE_JWT_JWKS_URL": "https://auth.example/?key=" + password, "SLUICE_JWT_JWKS_FILE": "/x"},
+		{"SLUICE_JWT_SECRET": "", "SLUICE_RULES": "api: GET /api/* by jwt 5/1m"},
 	}
 	for _, set := range broken {
 		env := base()
-		env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
+		env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"], env["SLUICE_JWT_SECRET"] = hashKey, token, jwtSecret
 		for k, v := range set {
 			env[k] = v
 		}
@@ -340,14 +434,21 @@ func TestSecretsNeverShown(t *testing.T) {
 	}
 
 	// A valid configuration: check-config, and a gateway's logs from start
-	// to stop, with requests in between.
+	// to stop, with requests in between. Its JWKS URL cannot be reached,
+	// so the verifier logs a failed fetch of it.
 	env := base()
-	env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"] = hashKey, token
+	env["SLUICE_HASH_KEY"], env["SLUICE_ADMIN_TOKEN"], env["SLUICE_JWT_SECRET"] = hashKey, token, jwtSecret
+	env["SLUICE_JWT_JWKS_URL"] = "http://u:" + password + "@127.0.0.1:1/jwks.json?key=" + password
+	env["SLUICE_RULES"] = "login: POST /api/login by ip 5/15m; api: GET /api/* by jwt 5/1m"
+	env["SLUICE_ACCESS_LOG"] = "true"
 	var out bytes.Buffer
 	if err := CheckConfig(env, &out); err != nil {
 		t.Fatal(err)
 	}
 	leaks("check-config", out.String())
+	if !strings.Contains(out.String(), "bearer tokens: keys from JWKS URL http://127.0.0.1:1/jwks.json and HMAC secret;") {
+		t.Errorf("check-config does not show the key sources:\n%s", out.String())
+	}
 
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
@@ -362,11 +463,17 @@ func TestSecretsNeverShown(t *testing.T) {
 		}
 	}
 	get(t, g.url+"/api/login")
+	if code, _ := proctest.Call(t, "GET", g.url+"/api/x", bearer, ""); code != 200 {
+		t.Fatalf("a request with a bearer token: %d", code)
+	}
 	if err := g.stop(); err != nil {
 		t.Fatal(err)
 	}
 	if logs.Len() == 0 {
 		t.Fatal("no log lines to check")
+	}
+	if logs.FilterMessageSnippet("JWKS refresh failed").Len() == 0 || logs.FilterField(zap.String("jwt", "valid")).Len() != 1 {
+		t.Fatal("no failed JWKS fetch, or no access log line of a valid token, to check")
 	}
 	for _, e := range logs.All() {
 		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
@@ -393,4 +500,19 @@ func TestSecretsNeverShown(t *testing.T) {
 		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
 		leaks("log line", string(line))
 	}
+}
+
+// hs256 signs claims with secret, for tests of settings and logs; the
+// tests of verification use tokens PyJWT signed (see jwt_test.go).
+func hs256(t *testing.T, secret string, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(payload)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(in))
+	return in + "." + enc(mac.Sum(nil))
 }

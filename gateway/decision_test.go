@@ -126,7 +126,7 @@ func TestDecisionServiceOnly(t *testing.T) {
 	}
 	// One reload reaches both listeners.
 	os.WriteFile(rules, []byte("login: POST /api/login by ip 5/1m\nrls-login: * rls:edge by descriptor(generic_key=login,remote_address) 5/1m"), 0o644)
-	if err := g.reload(); err != nil {
+	if err := g.reloadRules(); err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := askCheck(http.DefaultClient, "http://"+check, "POST", "/api/login"); code != 200 {

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicehq/sluice/check"
 	"github.com/sluicehq/sluice/check/rls"
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/proxy"
@@ -86,6 +87,7 @@ type Gateway struct {
 	registry prometheus.Gatherer    // sluice's metrics, and the runtime's
 	reloads  *prometheus.CounterVec // sluice_rules_reloads_total
 	tlsLoads *prometheus.CounterVec // sluice_tls_reloads_total
+	jwt      *jwt.Verifier          // nil without SLUICE_JWT_* keys
 	runners  []func(context.Context)
 	tracing  *telemetry.Tracing // nil: tracing is off
 }
@@ -132,6 +134,22 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	hasher, err := hashing.New(hashKey)
 	if err != nil {
 		return nil, err
+	}
+
+	// The verifier's metrics exist without keys too (tokens 0, age 0), so
+	// that dashboards and alerts find their series on every gateway.
+	jwtMetrics := jwt.NewMetrics(reg)
+	var tokens proxy.TokenVerifier // a nil interface without keys, not a nil *jwt.Verifier
+	if cfg.jwt != nil {
+		jc := cfg.jwtConfig
+		jc.Logger, jc.Metrics = log.Named("jwt"), jwtMetrics
+		if g.jwt, err = jwt.New(jc); err != nil {
+			return nil, err
+		}
+		tokens = g.jwt
+		if cfg.JWTJWKSURL != "" {
+			g.runners = append(g.runners, g.jwt.Run)
+		}
 	}
 
 	metrics := limiter.NewMetrics(reg)
@@ -206,6 +224,9 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 		Headers:   cfg.headers,
 		Metrics:   g.metrics,
 		AccessLog: accessLog,
+		JWT:       tokens,
+
+		RejectInvalidTokens: cfg.JWTInvalid == "reject",
 	})
 	if err != nil {
 		be.close()
@@ -271,7 +292,7 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	}
 	adminCfg := admin.Config{
 		Policy: dec.Policy, Ready: be.ready, Gatherer: g.registry,
-		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken,
+		Keys: be.keys, Hasher: hasher, Token: cfg.AdminToken, JWTIssuer: cfg.JWTIssuer,
 		Stats: stats, StoreKind: "memory",
 	}
 	if be.pool != nil {
@@ -306,11 +327,13 @@ const adminWriteTimeout = 60 * time.Second
 // at once (health, readiness, metrics); the others are opened only once
 // the store is ready, so that the first requests after a start are
 // decided exactly, or after SLUICE_START_TIMEOUT, when they open anyway
-// and the fail modes decide until the store is ready. On cancellation it
-// stops accepting, lets in-flight requests finish (bounded by
-// shutdownGrace) and stops the background work. SIGHUP reloads the rules
-// and the TLS files (see reload) and never stops it. Run is called once:
-// it releases the store when it returns.
+// and the fail modes decide until the store is ready. Within the same
+// deadline it waits for the first fetch of SLUICE_JWT_JWKS_URL (see
+// waitKeys). On cancellation it stops accepting, lets in-flight requests
+// finish (bounded by shutdownGrace) and stops the background work, the
+// key set's refresh included. SIGHUP reloads the rules, the JWKS file and
+// the TLS files (see reload) and never stops it. Run is called once: it
+// releases the store when it returns.
 func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func() (net.Listener, error)) error {
 	defer g.backend.close()
 	hup := make(chan os.Signal, 1)
@@ -339,6 +362,14 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 		g.log.Warn("the store is not ready after SLUICE_START_TIMEOUT: opening the listeners anyway; rules apply their fail modes until it is",
 			zap.Duration("start_timeout", g.cfg.StartTimeout))
 	}
+	keys := g.waitKeys(ctx, began.Add(g.cfg.StartTimeout))
+	if ctx.Err() != nil {
+		return errors.Join(g.admin.Close())
+	}
+	if !keys {
+		g.log.Warn("no JWK set from SLUICE_JWT_JWKS_URL yet: opening the listeners anyway; jwt rules count by client IP, and plans give their rules' own limits, until one is fetched",
+			zap.Duration("start_timeout", g.cfg.StartTimeout))
+	}
 	fields, err := g.serveDeciding(openPublic, errc)
 	if err != nil {
 		g.closeAll()
@@ -350,6 +381,7 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 		zap.Int("rules", g.dec.Policy().Len()),
 		zap.Bool("store_ready", ready),
 		zap.String("tracing", g.tracingDesc()),
+		zap.Bool("jwks_ready", keys),
 		zap.Duration("after", time.Since(began)))...)
 
 wait:
@@ -361,12 +393,7 @@ wait:
 			err = fmt.Errorf("listener stopped: %w", err)
 			break wait
 		case <-hup:
-			// Without a rules file, SIGHUP is for the TLS files alone
-			// when there are some: nothing to warn about then.
-			if g.cfg.RulesFile != "" || g.cfg.certs == nil {
-				g.reload() //nolint:errcheck // reload logs and counts its own failure
-			}
-			g.reloadTLS() //nolint:errcheck // likewise
+			g.reload()
 		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
@@ -466,6 +493,26 @@ func (g *Gateway) tracingDesc() string {
 		return "off"
 	}
 	return g.cfg.tracing.Describe()
+}
+
+// waitKeys waits, until deadline, for the first fetch of
+// SLUICE_JWT_JWKS_URL to end (Run started it), so that tokens verify from
+// the first request on. It reports whether a key set is in force: true
+// without a JWKS URL, false when the fetch failed (the verifier logged and
+// counted why) or had not ended by the deadline; either way the verifier
+// goes on trying in the background, and start-up waits no longer.
+func (g *Gateway) waitKeys(ctx context.Context, deadline time.Time) bool {
+	if g.jwt == nil || g.cfg.JWTJWKSURL == "" {
+		return true
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-g.jwt.FirstFetch():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return g.jwt.HasKeySet()
 }
 
 // Ready reports whether the gateway's store decides: nil, or why not. It

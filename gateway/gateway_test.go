@@ -73,6 +73,14 @@ func serveGatewayAsync(t *testing.T, env map[string]string, opts Options) (*Gate
 	if err != nil {
 		t.Fatal(err)
 	}
+	r, public := runGateway(t, g)
+	return g, r, public
+}
+
+// runGateway runs g on loopback until the test ends (or stop is called);
+// the public listener's URL arrives on the channel when it opens.
+func runGateway(t *testing.T, g *Gateway) (*running, <-chan string) {
+	t.Helper()
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +103,7 @@ func serveGatewayAsync(t *testing.T, env map[string]string, opts Options) (*Gate
 		return serveErr
 	}
 	t.Cleanup(func() { stop() })
-	return g, &running{admin: "http://" + admin.Addr().String(), stop: stop}, public
+	return &running{admin: "http://" + admin.Addr().String(), stop: stop}, public
 }
 
 // get returns the status and body of GET url.

@@ -10,9 +10,9 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// errNoRulesFile is reload's answer when the rules come from SLUICE_RULES:
-// the environment of a running process cannot change, so there is nothing
-// to read again.
+// errNoRulesFile is reloadRules' answer when the rules come from
+// SLUICE_RULES: the environment of a running process cannot change, so
+// there is nothing to read again.
 var errNoRulesFile = errors.New("nothing to reload: the rules come from SLUICE_RULES, not SLUICE_RULES_FILE")
 
 // newReloadsCounter registers a counter of reloads by result (name, with
@@ -25,16 +25,44 @@ func newReloadsCounter(reg prometheus.Registerer, name, help string) *prometheus
 	return c
 }
 
-// reload reads SLUICE_RULES_FILE again and puts its rules in force, all at
-// once: a request already being served finishes under the rules it
+// reload is SIGHUP: it reads SLUICE_RULES_FILE again (reloadRules),
+// SLUICE_JWT_JWKS_FILE (jwt.Verifier.Reload) and the TLS files
+// (reloadTLS), each on its own: a file that fails keeps what is running
+// of it in force, logs and counts why, and never stops the others from
+// being read.
+func (g *Gateway) reload() {
+	jwks := g.jwt != nil && g.cfg.JWTJWKSFile != ""
+	switch {
+	case g.cfg.RulesFile != "":
+		g.reloadRules() //nolint:errcheck // logged and counted
+	case jwks:
+		g.log.Info("SIGHUP: the rules come from SLUICE_RULES; only SLUICE_JWT_JWKS_FILE is read again, with the TLS files when set")
+	case g.cfg.certs != nil:
+		// SIGHUP is for the TLS files alone: nothing to warn about.
+	default:
+		g.log.Warn("SIGHUP: " + errNoRulesFile.Error() + ", and there is no SLUICE_JWT_JWKS_FILE")
+	}
+	if jwks {
+		// A failure is logged and counted by the verifier
+		// (sluice_jwt_jwks_refreshes_total); the last good key set stays.
+		if err := g.jwt.Reload(); err == nil {
+			g.log.Info("JWKS file reloaded", zap.String("jwks_file", g.cfg.JWTJWKSFile))
+		}
+	}
+	g.reloadTLS() //nolint:errcheck // logged and counted
+}
+
+// reloadRules reads SLUICE_RULES_FILE again and puts its rules in force,
+// all at once: a request already being served finishes under the rules it
 // started with, the next one is decided under the new ones (see
 // proxy.Proxy.SetPolicy), and the admin API shows them. Rules that do not
 // parse are refused whole: the running rules stay, and the problems are
 // logged and counted. The over-limit fast path needs no flush: it drops a
 // denial made under another definition of a rule at its next lookup.
-func (g *Gateway) reload() error {
+// Rules that need a token are refused, as at start-up, when no
+// SLUICE_JWT_* setting gives keys (see loadRules).
+func (g *Gateway) reloadRules() error {
 	if g.cfg.RulesFile == "" {
-		g.log.Warn("SIGHUP: " + errNoRulesFile.Error())
 		return errNoRulesFile
 	}
 	pol, problems := loadRules(g.cfg.settings)
