@@ -17,7 +17,7 @@ var layers = map[string][]string{
 	"hashing":    nil,
 	"migrations": nil,
 	// Verified bearer tokens and their key sets, and their test support.
-	"jwt":         nil,
+	"jwt":         {"internal/jsontext"},
 	"jwt/jwttest": nil,
 	// Decisions: the Store interface, the fast path, the breaker, the fail
 	// modes; then one package per store, which know nothing of HTTP.
@@ -27,15 +27,17 @@ var layers = map[string][]string{
 	"limiter/storetest": {"limiter", "policy"},
 	// HTTP: identities from requests, then the proxy and the admin
 	// listener, which see the limiter and never a particular store.
-	"proxy/identity": {"hashing"},
+	"proxy/identity": {"hashing", "internal/jsontext"},
 	"proxy":          {"hashing", "jwt", "limiter", "policy", "proxy/identity"},
 	"admin":          {"hashing", "limiter", "policy", "proxy"},
 	// The decision service for other proxies: forward-auth, then Envoy's
 	// rate limit service, both deciding through the proxy's Decider.
 	"check":     {"hashing", "limiter", "policy", "proxy", "proxy/identity"},
 	"check/rls": {"check", "hashing", "limiter", "policy", "proxy", "proxy/identity"},
-	// Serving a small server until a context ends.
+	// Serving a small server until a context ends; the JSON text checks
+	// that identity and jwt share.
 	"internal/httpserve": nil,
+	"internal/jsontext":  nil,
 	// OpenTelemetry tracing from the OTEL_* variables.
 	"telemetry": nil,
 	// Test and measurement support.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsontext"
 )
 
 // Claims are the claims of a verified token. They are read-only and safe
@@ -146,41 +148,25 @@ const maxDepth = 32
 // the text, now known to be valid, is then walked by a jsonWalker, which
 // costs a fraction of json.Decoder's allocations.
 func decodeObject(data []byte) (map[string]any, bool) {
-	if !utf8.Valid(data) || !json.Valid(data) || loneSurrogate(data) {
+	if !utf8.Valid(data) || !json.Valid(data) || jsontext.LoneSurrogate(data) {
 		return nil, false
 	}
-	w := jsonWalker{b: data}
-	if w.next() != '{' {
+	w := jsonWalker{jsontext.Walker{B: data}}
+	if w.Next() != '{' {
 		return nil, false
 	}
 	m, ok := w.object(1)
-	return m, ok && w.next() == 0
+	return m, ok && w.Next() == 0
 }
 
-// jsonWalker reads JSON text that json.Valid accepted. Every method still
-// checks bounds and reports false on what it does not expect, so a bug
-// cannot panic; the fuzz test holds it to encoding/json.
-type jsonWalker struct {
-	b []byte
-	i int
-}
+// jsonWalker reads JSON text that json.Valid accepted into values. Every
+// method still checks bounds and reports false on what it does not
+// expect, so a bug cannot panic; the fuzz test holds it to encoding/json.
+type jsonWalker struct{ jsontext.Walker }
 
-// next skips white space and returns the next byte, or 0 at the end.
-func (w *jsonWalker) next() byte {
-	for w.i < len(w.b) {
-		switch c := w.b[w.i]; c {
-		case ' ', '\t', '\r', '\n':
-			w.i++
-		default:
-			return c
-		}
-	}
-	return 0
-}
-
-// value reads the value at w.i.
+// value reads the value at w.I.
 func (w *jsonWalker) value(depth int) (any, bool) {
-	switch c := w.next(); c {
+	switch c := w.Next(); c {
 	case '{', '[':
 		if depth >= maxDepth {
 			return nil, false
@@ -193,8 +179,8 @@ func (w *jsonWalker) value(depth int) (any, bool) {
 		return w.str()
 	case 't', 'f', 'n':
 		for _, lit := range [...]string{"true", "false", "null"} {
-			if bytes.HasPrefix(w.b[w.i:], []byte(lit)) {
-				w.i += len(lit)
+			if bytes.HasPrefix(w.B[w.I:], []byte(lit)) {
+				w.I += len(lit)
 				switch lit {
 				case "true":
 					return true, true
@@ -208,34 +194,34 @@ func (w *jsonWalker) value(depth int) (any, bool) {
 	case 0:
 		return nil, false
 	}
-	start := w.i
-	for w.i < len(w.b) && strings.IndexByte("+-.0123456789eE", w.b[w.i]) >= 0 {
-		w.i++
+	start := w.I
+	for w.I < len(w.B) && strings.IndexByte("+-.0123456789eE", w.B[w.I]) >= 0 {
+		w.I++
 	}
-	if w.i == start {
+	if w.I == start {
 		return nil, false
 	}
-	return json.Number(w.b[start:w.i]), true
+	return json.Number(w.B[start:w.I]), true
 }
 
-// object reads the object whose '{' is at w.i.
+// object reads the object whose '{' is at w.I.
 func (w *jsonWalker) object(depth int) (map[string]any, bool) {
-	w.i++
+	w.I++
 	m := make(map[string]any)
 	var folded map[string]struct{} // of every name, once the object is large
-	if w.next() == '}' {
-		w.i++
+	if w.Next() == '}' {
+		w.I++
 		return m, true
 	}
 	for {
-		if w.next() != '"' {
+		if w.Next() != '"' {
 			return nil, false
 		}
 		name, ok := w.str()
-		if !ok || w.next() != ':' {
+		if !ok || w.Next() != ':' {
 			return nil, false
 		}
-		w.i++
+		w.I++
 		if !w.distinct(m, &folded, name) {
 			return nil, false
 		}
@@ -244,11 +230,11 @@ func (w *jsonWalker) object(depth int) (map[string]any, bool) {
 			return nil, false
 		}
 		m[name] = v
-		switch w.next() {
+		switch w.Next() {
 		case ',':
-			w.i++
+			w.I++
 		case '}':
-			w.i++
+			w.I++
 			return m, true
 		default:
 			return nil, false
@@ -285,12 +271,12 @@ func (w *jsonWalker) distinct(m map[string]any, folded *map[string]struct{}, nam
 	return true
 }
 
-// array reads the array whose '[' is at w.i.
+// array reads the array whose '[' is at w.I.
 func (w *jsonWalker) array(depth int) ([]any, bool) {
-	w.i++
+	w.I++
 	var a []any
-	if w.next() == ']' {
-		w.i++
+	if w.Next() == ']' {
+		w.I++
 		return a, true
 	}
 	for {
@@ -299,11 +285,11 @@ func (w *jsonWalker) array(depth int) ([]any, bool) {
 			return nil, false
 		}
 		a = append(a, v)
-		switch w.next() {
+		switch w.Next() {
 		case ',':
-			w.i++
+			w.I++
 		case ']':
-			w.i++
+			w.I++
 			return a, true
 		default:
 			return nil, false
@@ -311,30 +297,21 @@ func (w *jsonWalker) array(depth int) ([]any, bool) {
 	}
 }
 
-// str reads the string whose '"' is at w.i, unescaped: by encoding/json
+// str reads the string whose '"' is at w.I, unescaped: by encoding/json
 // when it holds an escape.
 func (w *jsonWalker) str() (string, bool) {
-	start := w.i
-	escaped := false
-	for w.i++; w.i < len(w.b); w.i++ {
-		switch w.b[w.i] {
-		case '\\':
-			escaped = true
-			w.i++ // the escaped byte cannot end the string
-		case '"':
-			w.i++
-			raw := w.b[start:w.i]
-			if !escaped {
-				return string(raw[1 : len(raw)-1]), true
-			}
-			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", false
-			}
-			return s, true
-		}
+	raw, escaped, ok := w.String()
+	switch {
+	case !ok:
+		return "", false
+	case !escaped:
+		return string(raw[1 : len(raw)-1]), true
 	}
-	return "", false
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // foldName returns a form of name that two names share exactly when they
@@ -363,57 +340,4 @@ func foldName(name string) string {
 		b.WriteRune(least)
 	}
 	return b.String()
-}
-
-// loneSurrogate reports whether the JSON text data holds a \u escape of a
-// surrogate (U+D800–U+DFFF) that is not a high surrogate followed at once
-// by an escaped low one.
-func loneSurrogate(data []byte) bool {
-	for i := 0; i < len(data); i++ {
-		if data[i] != '\\' {
-			continue
-		}
-		i++
-		if i >= len(data) || data[i] != 'u' {
-			continue // a one-character escape, "\\" included; the loop steps past it
-		}
-		r, ok := hex4(data, i+1)
-		if !ok {
-			return true // json.Valid rules this out
-		}
-		i += 4
-		switch {
-		case r < 0xD800 || r > 0xDFFF:
-		case r >= 0xDC00:
-			return true // a low surrogate first
-		default:
-			lo, ok := hex4(data, i+3)
-			if i+2 >= len(data) || data[i+1] != '\\' || data[i+2] != 'u' || !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return true
-			}
-			i += 6
-		}
-	}
-	return false
-}
-
-// hex4 decodes the four hex digits at data[i:].
-func hex4(data []byte, i int) (rune, bool) {
-	if i < 0 || i+4 > len(data) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range data[i : i+4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }

@@ -12,8 +12,9 @@
 // A token, or any part of one, never appears in a log line, a metric or
 // an error of this package.
 //
-// It imports nothing of sluice: the proxy reads the token and keys the
-// verified claim (hashing.JWTKey), the gateway runs the key sets' refresh.
+// It imports only internal/jsontext of sluice (the JSON checks it shares
+// with proxy/identity): the proxy reads the token and keys the verified
+// claim (hashing.JWTKey), the gateway runs the key sets' refresh.
 package jwt
 
 import (

@@ -359,14 +359,12 @@ func validClaim(s string) bool {
 	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_:/-.", c) >= 0) {
-			return false
-		}
-	}
-	return true
+	return strings.Trim(s, claimChars) == ""
 }
+
+// claimChars are the bytes a claim's name may hold: its segments' and the
+// dots between them.
+const claimChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_:/-."
 
 // validPlanName reports whether s matches [A-Za-z0-9_.-]+.
 func validPlanName(s string) bool {

@@ -16,7 +16,8 @@
 // The package knows nothing of rules, hashing keys or forwarding: the proxy
 // decides which identifiers a request needs and buffers its body.
 //
-// It imports only hashing of sluice.
+// It imports only hashing and internal/jsontext (the JSON text checks it
+// shares with jwt) of sluice.
 package identity
 
 import (

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsontext"
 )
 
 // jsonField reads field from the top level of the JSON object body.
@@ -36,12 +38,12 @@ func jsonField(body []byte, field string) (value string, present bool, err error
 	if !utf8.Valid(body) {
 		return "", false, errorf("the JSON body is not valid UTF-8")
 	}
-	w := jsonWalker{b: body}
-	if w.next() != '{' {
+	w := jsonWalker{jsontext.Walker{B: body}}
+	if w.Next() != '{' {
 		return "", false, errorf("the JSON body is not an object")
 	}
-	w.i++
-	if w.next() == '}' {
+	w.I++
+	if w.Next() == '}' {
 		return "", false, nil
 	}
 	for {
@@ -50,11 +52,11 @@ func jsonField(body []byte, field string) (value string, present bool, err error
 			return "", false, errorf("the JSON body is malformed")
 		}
 		m := jsonKeyMatch(key, field)
-		if w.next() != ':' {
+		if w.Next() != ':' {
 			return "", false, errorf("the JSON body is malformed")
 		}
-		w.i++
-		switch c := w.next(); {
+		w.I++
+		switch c := w.Next(); {
 		case m == nameOther:
 			w.skip()
 		case m == nameNested:
@@ -64,7 +66,7 @@ func jsonField(body []byte, field string) (value string, present bool, err error
 		case c == '"':
 			present = true
 			raw, _ := w.str()
-			if jsonLoneSurrogate(raw) {
+			if jsontext.LoneSurrogate(raw) {
 				return "", false, errorf("field ", quote(field), " in the JSON body is not valid UTF-16 (an unpaired surrogate)")
 			}
 			if value, ok = jsonString(raw); !ok {
@@ -76,9 +78,9 @@ func jsonField(body []byte, field string) (value string, present bool, err error
 		default:
 			return "", false, errorf("field ", quote(field), " in the JSON body is not a string")
 		}
-		switch w.next() {
+		switch w.Next() {
 		case ',':
-			w.i++
+			w.I++
 			continue
 		case '}':
 		default:
@@ -91,48 +93,23 @@ func jsonField(body []byte, field string) (value string, present bool, err error
 // jsonWalker steps through a body that json.Valid accepted. Every method
 // still checks bounds, so a walker bug cannot panic; it would only misread,
 // which the differential fuzz test against json.Decoder guards.
-type jsonWalker struct {
-	b []byte
-	i int
-}
+type jsonWalker struct{ jsontext.Walker }
 
-// next skips white space and returns the next byte, or 0 at the end.
-func (w *jsonWalker) next() byte {
-	for w.i < len(w.b) {
-		switch c := w.b[w.i]; c {
-		case ' ', '\t', '\r', '\n':
-			w.i++
-		default:
-			return c
-		}
-	}
-	return 0
-}
-
-// str consumes the string at w.i, returning it with its quotes.
+// str consumes the string at w.I, returning it with its quotes.
 func (w *jsonWalker) str() ([]byte, bool) {
-	if w.next() != '"' {
+	if w.Next() != '"' {
 		return nil, false
 	}
-	start := w.i
-	for w.i++; w.i < len(w.b); w.i++ {
-		switch w.b[w.i] {
-		case '\\':
-			w.i++ // the escaped byte cannot end the string
-		case '"':
-			w.i++
-			return w.b[start:w.i], true
-		}
-	}
-	return nil, false
+	raw, _, ok := w.String()
+	return raw, ok
 }
 
-// skip consumes the value at w.i: a string, an object or array with
+// skip consumes the value at w.I: a string, an object or array with
 // everything nested in it, or a literal (number, true, false, null).
 func (w *jsonWalker) skip() {
 	depth := 0
 	for {
-		switch w.next() {
+		switch w.Next() {
 		case 0:
 			return
 		case '"':
@@ -141,18 +118,18 @@ func (w *jsonWalker) skip() {
 			}
 		case '{', '[':
 			depth++
-			w.i++
+			w.I++
 		case '}', ']':
 			depth--
-			w.i++
+			w.I++
 		case ',', ':':
 			if depth == 0 {
 				return
 			}
-			w.i++
+			w.I++
 		default: // a literal: up to the next delimiter
-			for w.i < len(w.b) && !jsonDelim(w.b[w.i]) {
-				w.i++
+			for w.I < len(w.B) && !jsonDelim(w.B[w.I]) {
+				w.I++
 			}
 		}
 		if depth <= 0 {
@@ -197,57 +174,4 @@ func jsonString(raw []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// jsonLoneSurrogate reports whether the quoted JSON string raw holds a
-// \u escape of a surrogate (U+D800–U+DFFF) that is not a high surrogate
-// followed at once by an escaped low one.
-func jsonLoneSurrogate(raw []byte) bool {
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
-			continue
-		}
-		i++
-		if i >= len(raw) || raw[i] != 'u' {
-			continue // a one-character escape; the loop steps past it
-		}
-		r, ok := jsonHex4(raw, i+1)
-		if !ok {
-			return false // json.Valid rules this out
-		}
-		i += 4
-		switch {
-		case r < 0xD800 || r > 0xDFFF:
-		case r >= 0xDC00:
-			return true // a low surrogate first
-		default:
-			lo, ok := jsonHex4(raw, i+3)
-			if i+2 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' || !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return true
-			}
-			i += 6
-		}
-	}
-	return false
-}
-
-// jsonHex4 decodes the four hex digits at raw[i:].
-func jsonHex4(raw []byte, i int) (rune, bool) {
-	if i+4 > len(raw) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range raw[i : i+4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsontext"
 )
 
 // refJSONField is the reference for jsonField: the same contract,
@@ -78,7 +80,7 @@ func refJSONField(body []byte, field string) (string, bool, error) {
 // sameAsRef compares jsonField with refJSONField on body.
 func sameAsRef(t *testing.T, body []byte, field string) {
 	t.Helper()
-	if jsonLoneSurrogate(body) {
+	if jsontext.LoneSurrogate(body) {
 		return
 	}
 	jv, jp, jerr := jsonField(body, field)
