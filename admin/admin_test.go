@@ -1,9 +1,6 @@
 package admin
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/jwt"
+	"github.com/sluicehq/sluice/jwt/jwttest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/storetest"
@@ -252,22 +250,6 @@ func TestAdminErrors(t *testing.T) {
 	}
 }
 
-// hs256 signs claims with secret: a token for the admin API's tests, which
-// check keys rather than verification (jwt's and the gateway's tests use
-// tokens PyJWT signed).
-func hs256(t *testing.T, secret string, claims map[string]any) string {
-	t.Helper()
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc := base64.RawURLEncoding.EncodeToString
-	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(payload)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(in))
-	return in + "." + enc(mac.Sum(nil))
-}
-
 // TestAdminJWT: ?jwt= names the key of a user of a jwt rule as the proxy
 // counts it (the claim, keyed with the issuer), for lookups, resets and
 // overrides; ?plan= looks it up under a plan's limit; /v1/rules shows the
@@ -279,7 +261,7 @@ func TestAdminJWT(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newAdminFixtureJWT(t, "api: GET /api/* by jwt 2/1h plans(plan)=pro:5/1h,team:50/1d; login: POST /api/login by ip 2/1m", "s3cret", v)
-	alice := hs256(t, secret, map[string]any{"sub": "alice", "iss": "https://issuer.example/", "exp": time.Now().Add(time.Hour).Unix(), "plan": "free"})
+	alice := jwttest.HS256(t, secret, map[string]any{"sub": "alice", "iss": "https://issuer.example/", "exp": time.Now().Add(time.Hour).Unix(), "plan": "free"})
 	send := func() int {
 		req, _ := http.NewRequest("GET", f.public.URL+"/api/x", nil)
 		req.Header.Set("Authorization", "Bearer "+alice)

@@ -2,9 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/jwt"
+	"github.com/sluicehq/sluice/jwt/jwttest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/postgres"
@@ -388,7 +386,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		password  = "pw-S3CRET"
 		jwtSecret = "jwt-S3CRET-0123456789abcdef0123456789" // 37 bytes: HS256
 	)
-	bearer := hs256(t, jwtSecret, map[string]any{"sub": "user-S3CRET", "exp": time.Now().Add(time.Hour).Unix()})
+	bearer := jwttest.HS256(t, jwtSecret, map[string]any{"sub": "user-S3CRET", "exp": time.Now().Add(time.Hour).Unix()})
 	secrets := []string{hashKey, token, password, jwtSecret, bearer, "S3CRET"}
 	leaks := func(where, s string) {
 		t.Helper()
@@ -500,19 +498,4 @@ func TestSecretsNeverShown(t *testing.T) {
 		line, _ := json.Marshal(map[string]any{"msg": e.Message, "fields": e.ContextMap()})
 		leaks("log line", string(line))
 	}
-}
-
-// hs256 signs claims with secret, for tests of settings and logs; the
-// tests of verification use tokens PyJWT signed (see jwt_test.go).
-func hs256(t *testing.T, secret string, claims map[string]any) string {
-	t.Helper()
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc := base64.RawURLEncoding.EncodeToString
-	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(payload)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(in))
-	return in + "." + enc(mac.Sum(nil))
 }

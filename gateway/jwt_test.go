@@ -126,6 +126,15 @@ func replaceFile(t *testing.T, name string, data []byte) {
 	}
 }
 
+// okUpstream is an upstream that answers 200 to everything until the
+// test ends.
+func okUpstream(t *testing.T) string {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
+	return up.URL
+}
+
 // jwtEnv is the environment of a gateway on the memory store in front of
 // upstream with rules, whose tokens are verified with the JWK set at
 // jwksURL and the secret.
@@ -237,11 +246,12 @@ func TestJWTTwoGatewaysOnePostgres(t *testing.T) {
 	m := mintGateway(t)
 	db := pgtest.New(t)
 	var hits atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	defer up.Close()
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer counting.Close()
+	up := counting.URL
 	jwks := jwttest.NewServer(t, m.JWKS("rsa", "ec", "ed"))
-	env := databaseEnv(db, up.URL, "api: GET /api/* by jwt 3/1h")
-	for k, v := range jwtEnv(up.URL, jwks.URL, env["SLUICE_RULES"]) {
+	env := databaseEnv(db, up, "api: GET /api/* by jwt 3/1h")
+	for k, v := range jwtEnv(up, jwks.URL, env["SLUICE_RULES"]) {
 		if strings.HasPrefix(k, "SLUICE_JWT_") {
 			env[k] = v
 		}
@@ -301,11 +311,10 @@ func TestJWTTwoGatewaysOnePostgres(t *testing.T) {
 // 30 s.
 func TestJWTAttacksThroughGateway(t *testing.T) {
 	m := mintGateway(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
+	up := okUpstream(t)
 	jwks := jwttest.NewServer(t, m.JWKS("rsa", "ec", "ed"))
 	clock := storetest.NewClock(time.Now())
-	_, r := startJWT(t, jwtEnv(up.URL, jwks.URL, "api: GET /api/* by jwt 1000/1h"), clock, nil)
+	_, r := startJWT(t, jwtEnv(up, jwks.URL, "api: GET /api/* by jwt 1000/1h"), clock, nil)
 	jwks.WaitFetches(t, 1)
 
 	enc := base64.RawURLEncoding.EncodeToString
@@ -329,7 +338,7 @@ func TestJWTAttacksThroughGateway(t *testing.T) {
 	}()
 	forgeries := []struct{ name, token string }{
 		{"alg none", enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + p + "."},
-		{"HS256 signed with the RSA public key", hs256(t, m.PEM["rsa"], victimClaims)},
+		{"HS256 signed with the RSA public key", jwttest.HS256(t, m.PEM["rsa"], victimClaims)},
 		{"an embedded jwk", embedded},
 		{"jku pointing at the attacker's server", m.Token(t, "jku")},
 		{"x5u pointing at the attacker's server", m.Token(t, "x5u")},
@@ -390,11 +399,10 @@ func TestJWTAttacksThroughGateway(t *testing.T) {
 // verified before included.
 func TestJWTKeyRotation(t *testing.T) {
 	m := mintGateway(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
+	up := okUpstream(t)
 	jwks := jwttest.NewServer(t, m.JWKS("rsa"))
 	clock := storetest.NewClock(time.Now())
-	_, r := startJWT(t, jwtEnv(up.URL, jwks.URL, "api: GET /api/* by jwt 1000/1h"), clock, nil)
+	_, r := startJWT(t, jwtEnv(up, jwks.URL, "api: GET /api/* by jwt 1000/1h"), clock, nil)
 	alice, rotated := m.Token(t, "alice-rs"), m.Token(t, "new-key")
 	expect := func(step, token, query string, want int64) {
 		t.Helper()
@@ -429,15 +437,14 @@ func TestJWTKeyRotation(t *testing.T) {
 // SLUICE_START_TIMEOUT.
 func TestJWTKeysDown(t *testing.T) {
 	m := mintGateway(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
+	up := okUpstream(t)
 	const rules = "api: GET /api/* by jwt 1000/1h"
 	alice := m.Token(t, "alice-rs")
 
 	t.Run("goes down", func(t *testing.T) {
 		jwks := jwttest.NewServer(t, m.JWKS("rsa"))
 		clock := storetest.NewClock(time.Now())
-		_, r := startJWT(t, jwtEnv(up.URL, jwks.URL, rules), clock, nil)
+		_, r := startJWT(t, jwtEnv(up, jwks.URL, rules), clock, nil)
 		send(t, r.url+"/api/x", alice)
 		jwks.SetDown(true)
 		clock.Advance(jwt.EarlyRefreshGap)
@@ -458,7 +465,7 @@ func TestJWTKeysDown(t *testing.T) {
 		jwks.SetDown(true)
 		clock := storetest.NewClock(time.Now())
 		core, logs := observer.New(zapcore.InfoLevel)
-		env := jwtEnv(up.URL, jwks.URL, rules)
+		env := jwtEnv(up, jwks.URL, rules)
 		env["SLUICE_START_TIMEOUT"] = "30s"
 		began := time.Now()
 		g, r := startJWT(t, env, clock, zap.New(core))
@@ -502,7 +509,7 @@ func TestJWTKeysDown(t *testing.T) {
 		}))
 		defer hang.Close()
 		defer close(release)
-		env := jwtEnv(up.URL, hang.URL, rules)
+		env := jwtEnv(up, hang.URL, rules)
 		env["SLUICE_START_TIMEOUT"] = "1s"
 		core, logs := observer.New(zapcore.InfoLevel)
 		began := time.Now()
@@ -528,10 +535,9 @@ func TestJWTKeysDown(t *testing.T) {
 // gets the rule's own limit, under its sender's IP.
 func TestJWTPlansThroughGateway(t *testing.T) {
 	m := mintGateway(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
+	up := okUpstream(t)
 	jwks := jwttest.NewServer(t, m.JWKS("rsa", "ec"))
-	_, r := startJWT(t, jwtEnv(up.URL, jwks.URL, "api: GET /api/* by jwt 2/1h plans(app_metadata.plan)=pro:5/1h,team:50/1d"), nil, nil)
+	_, r := startJWT(t, jwtEnv(up, jwks.URL, "api: GET /api/* by jwt 2/1h plans(app_metadata.plan)=pro:5/1h,team:50/1d"), nil, nil)
 	exhaust := func(name, token string, limit int) {
 		t.Helper()
 		for i := 1; i <= limit+1; i++ {
@@ -588,10 +594,9 @@ func TestReloadRefusesJWTRulesWithoutKeys(t *testing.T) {
 // nowhere; a missing one is counted by IP.
 func TestJWTInvalidReject(t *testing.T) {
 	m := mintGateway(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
+	up := okUpstream(t)
 	jwks := jwttest.NewServer(t, m.JWKS("rsa"))
-	env := jwtEnv(up.URL, jwks.URL, "api: GET /api/* by jwt 1000/1h")
+	env := jwtEnv(up, jwks.URL, "api: GET /api/* by jwt 1000/1h")
 	env["SLUICE_JWT_INVALID"] = "reject"
 	_, r := startJWT(t, env, nil, nil)
 	for _, tc := range []struct {

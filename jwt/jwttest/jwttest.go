@@ -8,7 +8,10 @@ package jwttest
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -265,3 +268,20 @@ func NewTrap(t testing.TB) *Trap {
 
 // Hits returns how many connections and requests reached the trap.
 func (tr *Trap) Hits() int64 { return tr.hits.Load() }
+
+// HS256 signs claims with secret in Go, for tests of what surrounds
+// verification (the keys a token gives, the admin API, what logs show)
+// that need a valid token without Python. Tests of verification itself use
+// tokens Mint made, with another implementation than sluice's.
+func HS256(t testing.TB, secret string, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(payload)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(in))
+	return in + "." + enc(mac.Sum(nil))
+}
