@@ -70,8 +70,10 @@ var methodOverrideHeaders = [...]string{"X-HTTP-Method-Override", "X-HTTP-Method
 //     proxy.
 //   - Header identities (tenant, header(...)) are read from the headers
 //     the asking proxy passes on (every one of the client's, for nginx,
-//     Traefik and Caddy). The body is never seen: a rule that reads its
-//     identifier from the body counts the client IP.
+//     Traefik and Caddy), and so is the bearer token that jwt identities
+//     and plans read, from Authorization: the Decider verifies it as the
+//     proxy's, with the same IP fallback. The body is never seen: a rule
+//     that reads its identifier from the body counts the client IP.
 //   - A "_method" field in the query string, and X-HTTP-Method-Override,
 //     X-HTTP-Method and X-Method-Override, which the upstream will receive,
 //     bring in the rules of the method they name too.
@@ -81,8 +83,11 @@ var methodOverrideHeaders = [...]string{"X-HTTP-Method-Override", "X-HTTP-Method
 // rate-limit headers and the problem+json body, as the proxy sends them,
 // when it is denied (403 instead with the query parameter deny=403, for
 // nginx, whose auth_request accepts nothing else); 503 with Retry-After
-// when a fail=closed rule could not be decided; 400 when the question is
-// malformed or an identity is ambiguous.
+// when a fail=closed rule could not be decided; 401 with
+// WWW-Authenticate when a rule needs the bearer token and it is invalid
+// under SLUICE_JWT_INVALID=reject (nginx's auth_request passes a 401 on,
+// and Traefik and Caddy any answer); 400 when the question is malformed
+// or an identity is ambiguous.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	x := h.dec.Get()
