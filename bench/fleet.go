@@ -41,6 +41,7 @@ type fleetOptions struct {
 	databaseURL      string
 	gateways         []int
 	callers          int // per gateway
+	rate             int // decisions/s per gateway, paced; 0: closed loop
 	keys             int
 	hot              bool
 	warmup, duration time.Duration
@@ -62,6 +63,7 @@ func parseFleetFlags(args []string) (fleetOptions, error) {
 	fs.StringVar(&o.databaseURL, "database-url", defaultURL, "Postgres to measure (default $SLUICE_TEST_DATABASE_URL); the fleet creates and drops a database of its own there")
 	fs.StringVar(&gateways, "gateways", "1,2,4,8", "numbers of gateways to measure, comma-separated")
 	fs.IntVar(&o.callers, "callers", 64, "concurrent callers per gateway, each in a closed loop (wrk's 64 connections on one gateway)")
+	fs.IntVar(&o.rate, "rate", 0, "decisions per second per gateway, spread evenly over its callers; 0: each caller calls again as soon as it has its answer")
 	fs.IntVar(&o.keys, "keys", 10000, "distinct client IPs the callers pick from at random (at most 131072)")
 	fs.BoolVar(&o.hot, "hot", false, "every decision on the one key of scenario 2's global rule instead")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load per number of gateways")
@@ -87,6 +89,9 @@ func parseFleetFlags(args []string) (fleetOptions, error) {
 	}
 	if o.callers < 1 {
 		problems = append(problems, "-callers must be at least 1")
+	}
+	if o.rate < 0 {
+		problems = append(problems, "-rate must not be negative")
 	}
 	if o.keys < 1 || o.keys > maxFleetKeys {
 		problems = append(problems, fmt.Sprintf("-keys must be between 1 and %d", maxFleetKeys))
@@ -365,6 +370,39 @@ func (g *fleetGateway) decide(ctx context.Context, checks []limiter.Check, resul
 	return err
 }
 
+// pacer spaces one caller's calls so that a gateway's callers together
+// call rate times a second: each caller's calls are callers/rate apart, on
+// a schedule of its own from a random start, so the gateway's calls are
+// spread evenly. A caller that falls behind its schedule (its decision took
+// longer) calls at once and does not catch up with a burst: the load is
+// what a gateway meets at that rate, not what a backlog would add.
+type pacer struct {
+	every time.Duration // 0: no pacing
+	next  time.Time
+}
+
+func newPacer(rate, callers int, rng *rand.Rand) *pacer {
+	if rate <= 0 {
+		return &pacer{}
+	}
+	every := time.Duration(float64(time.Second) * float64(callers) / float64(rate))
+	return &pacer{every: every, next: time.Now().Add(time.Duration(rng.Int64N(int64(every))))}
+}
+
+// wait sleeps until the caller's next call is due; false when ctx ended.
+func (p *pacer) wait(ctx context.Context) bool {
+	if p.every == 0 {
+		return true
+	}
+	now := time.Now()
+	if p.next.Before(now) {
+		p.next = now
+	}
+	ok := wait(ctx, p.next.Sub(now))
+	p.next = p.next.Add(p.every)
+	return ok
+}
+
 // fleetCaller is one caller's tally.
 type fleetCaller struct {
 	lat             []time.Duration // measured window only
@@ -421,9 +459,13 @@ func fleetStep(ctx context.Context, db *benchDB, o fleetOptions, n int, rule *po
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			checks := []limiter.Check{{Rule: rule}}
 			results := make([]limiter.Result, 1)
+			pace := newPacer(o.rate, o.callers, rng)
 			for ctx.Err() == nil {
 				p := phase.Load()
 				if p == phaseStop {
+					return
+				}
+				if !pace.wait(ctx) {
 					return
 				}
 				checks[0].Key = keys[rng.IntN(len(keys))]
@@ -582,8 +624,12 @@ func (r *fleetRun) writeTable(w io.Writer) {
 	if r.cpuErr != nil {
 		where = " elsewhere"
 	}
-	fmt.Fprintf(w, "Fleet: each gateway a postgres.Store on a pool of its own, %d callers per gateway in a closed loop, %s, rule `%s`; decision deadline %s, synchronous commit %s. Per row %s warm-up, then %s measured. Machine: %s. Go %s, PostgreSQL %s%s.\n\n",
-		o.callers, keys, r.rule, o.decisionTimeout, commit, o.warmup, o.duration,
+	load := "in a closed loop"
+	if o.rate > 0 {
+		load = fmt.Sprintf("paced to %d decisions/s per gateway", o.rate)
+	}
+	fmt.Fprintf(w, "Fleet: each gateway a postgres.Store on a pool of its own, %d callers per gateway %s, %s, rule `%s`; decision deadline %s, synchronous commit %s. Per row %s warm-up, then %s measured. Machine: %s. Go %s, PostgreSQL %s%s.\n\n",
+		o.callers, load, keys, r.rule, o.decisionTimeout, commit, o.warmup, o.duration,
 		machine(), strings.TrimPrefix(runtime.Version(), "go"), r.pgVersion, where)
 	fmt.Fprintln(w, "| gateways | decisions/s | per gateway | p50 | p99 | failed | pg xact/decision | pg CPU/decision (backends) | pg CPU/decision (server) | pg cores busy | decisions/s per pg core | gateway CPU/decision |")
 	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -103,6 +104,7 @@ func TestParseFleetFlags(t *testing.T) {
 		{"-gateways", "0"},
 		{"-gateways", "1,x"},
 		{"-callers", "0"},
+		{"-rate", "-1"},
 		{"-keys", "200000"},
 		{"-synchronous-commit", "local"},
 		{"-duration", "0s"},
@@ -121,17 +123,10 @@ func TestFleetShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	o, err := parseFleetFlags([]string{"-gateways", "1,2", "-callers", "8", "-keys", "500", "-warmup", "0s", "-duration", "1s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	r := shortFleet(t, "-gateways", "1,2", "-callers", "8", "-keys", "500", "-warmup", "0s", "-duration", "1s")
+	o := r.opts
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var progress strings.Builder
-	r, err := fleet(ctx, o, &progress)
-	if err != nil {
-		t.Fatalf("fleet: %v\n%s", err, progress.String())
-	}
 	if len(r.rows) != 2 {
 		t.Fatalf("%d rows, want 2", len(r.rows))
 	}
@@ -164,4 +159,69 @@ func TestFleetShort(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", r.database).Scan(&n); err != nil || n != 0 {
 		t.Errorf("database %s: %d left (%v), want dropped", r.database, n, err)
 	}
+}
+
+// A pacer spreads a gateway's rate over its callers and never bursts to
+// catch up: one that fell behind calls at once, then keeps its interval.
+func TestPacer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	if p := newPacer(0, 64, rng); p.every != 0 || !p.wait(context.Background()) {
+		t.Errorf("rate 0: %+v, want no pacing", p)
+	}
+	p := newPacer(1000, 64, rng)
+	if p.every != 64*time.Millisecond {
+		t.Errorf("1000/s over 64 callers: every %s, want 64ms", p.every)
+	}
+	p.next = time.Now().Add(-time.Hour) // far behind
+	start := time.Now()
+	if !p.wait(context.Background()) {
+		t.Fatal("wait: false")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("behind schedule, waited %s", took)
+	}
+	if ahead := time.Until(p.next); ahead < 50*time.Millisecond {
+		t.Errorf("after catching up, the next call is due in %s, want one interval (64ms): no burst", ahead)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.next = time.Now().Add(time.Hour)
+	if p.wait(ctx) {
+		t.Error("wait on a cancelled context: true")
+	}
+}
+
+// A paced fleet decides about its rate, never more: without pacing, one
+// gateway's callers here make tens of thousands of decisions a second.
+func TestFleetPaced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	r := shortFleet(t, "-gateways", "1", "-callers", "8", "-keys", "500", "-rate", "1000", "-warmup", "0s", "-duration", "1s")
+	row := r.rows[0]
+	if perSecond := float64(row.decided) / row.elapsed.Seconds(); row.decided == 0 || perSecond > 1250 {
+		t.Errorf("paced to 1000/s: %d decisions in %s (%.0f/s)", row.decided, row.elapsed, perSecond)
+	}
+	var table strings.Builder
+	r.writeTable(&table)
+	if !strings.Contains(table.String(), "paced to 1000 decisions/s per gateway") {
+		t.Errorf("table does not say the load was paced:\n%s", table.String())
+	}
+}
+
+// shortFleet runs a fleet with flags args on the real Postgres.
+func shortFleet(t *testing.T, args ...string) *fleetRun {
+	t.Helper()
+	o, err := parseFleetFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	r, err := fleet(ctx, o, &progress)
+	if err != nil {
+		t.Fatalf("fleet: %v\n%s", err, progress.String())
+	}
+	return r
 }
