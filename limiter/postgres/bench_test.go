@@ -196,9 +196,10 @@ func warm(b *testing.B, s *postgres.Store, n int, mk func(i int) []limiter.Check
 // transaction that a batch shares; what remains at large sizes is the
 // per-decision work. walwriter-µs/decision is the CPU time of the server's
 // WAL writer, which flushes what asynchronous commits leave behind (it
-// serves the whole server: other work on it shows too). commit=sync waits for the commit's WAL flush
-// (SLUICE_DB_SYNCHRONOUS_COMMIT=on, the default until it became off);
-// commit=async does not (the default).
+// serves the whole server: other work on it shows too). commit=sync waits
+// for the commit's WAL flush (the default: the server's own
+// synchronous_commit); commit=async does not
+// (SLUICE_DB_SYNCHRONOUS_COMMIT=off).
 //
 //	go test -run '^$' -bench DecideBatch -benchtime 2s ./limiter/postgres
 func BenchmarkDecideBatch(b *testing.B) {
