@@ -333,6 +333,11 @@ func (s *Stats) snapshot(rules []*policy.Rule) statsJSON {
 // quantiles estimates the latency quantiles of the observations between
 // two histograms of the same buckets, or nil when there were none.
 func quantiles(from, to histogram) *latencyJSON {
+	if from.count == 0 && len(from.counts) == 0 {
+		// A sample from before the store's histogram existed: it had
+		// counted nothing.
+		from.counts = make([]float64, len(to.counts))
+	}
 	total := to.count - from.count
 	if total <= 0 || len(to.bounds) == 0 || len(from.counts) != len(to.counts) {
 		return nil

@@ -68,6 +68,40 @@ func (f *statsFixture) tick() {
 
 func (f *statsFixture) snapshot() statsJSON { return f.stats.snapshot(f.pol.Rules()) }
 
+// TestStatsFromBeforeTheMetrics: a sample taken before the limiter's and
+// the store's metrics exist (a gateway's baseline, taken while it is
+// assembled) is a baseline of zeros, so decisions made before the next
+// sample count, and so do the store's calls and their latency.
+func TestStatsFromBeforeTheMetrics(t *testing.T) {
+	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	stats := NewStats(StatsConfig{Gatherer: reg, Now: clock.Now})
+	stats.Sample() // nothing registered yet
+	f := &statsFixture{clock: clock, reg: reg, stats: stats}
+	pol, err := policy.Parse("login: POST /login by ip 2/1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pol = pol
+	store := memory.New(memory.Options{Now: clock.Now})
+	f.lim, err = limiter.New(limiter.Config{
+		Store: store, Local: memory.New(memory.Options{Now: clock.Now}), Timeout: time.Second,
+		CacheSize: 100, Now: clock.Now, Metrics: limiter.NewMetrics(reg), Denied: stats.Limited,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.decide(t, "login", "k1", 5) // 2 allowed, 3 limited, before Run's first sample
+	f.tick()
+	s := f.snapshot()
+	if d := s.Rules[0].Decisions; d["allowed"] != 2 || d["limited"] != 3 {
+		t.Errorf("decisions %v, want 2 allowed and 3 limited", d)
+	}
+	if s.Store.Calls < 2 || s.Store.Latency == nil {
+		t.Errorf("store: %d calls, latency %+v; want the calls made after the baseline", int(s.Store.Calls), s.Store.Latency)
+	}
+}
+
 // TestStatsRates: the rates and counts cover the last minute of samples,
 // the series has one figure per second ending with the newest, and the
 // most limited keys are the denied ones, shadow rules left out.

@@ -122,6 +122,9 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	runtimeReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfoCollector(opts.Stamp))
 	stats := admin.NewStats(admin.StatsConfig{Gatherer: reg})
+	// The baseline, before any metric exists: Run may start after the
+	// listeners have decided requests, whose decisions must count.
+	stats.Sample()
 	g.runners = append(g.runners, stats.Run)
 
 	hashKey := []byte(cfg.HashKey)
