@@ -68,6 +68,9 @@ func TestSynchronousStandby(t *testing.T) {
 	if script == "" {
 		t.Fatalf("postgres-standby's entrypoint %q is not a file of this machine", sbSvc.Entrypoint)
 	}
+	if want := filepath.Join("deploy", "postgres", "standby.sh"); !strings.HasSuffix(script, want) {
+		t.Fatalf("postgres-standby's entrypoint is %s, want the repository's %s", script, want)
+	}
 	senv := maps.Clone(sbSvc.Environment)
 	senv["PRIMARY_HOST"], senv["PRIMARY_PORT"] = "127.0.0.1", strconv.Itoa(primary.Port)
 	env := append(environ(senv), "PATH="+path, "PGDATA="+standby.DataDir(), "HOME="+standby.Dir)
