@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -56,13 +55,7 @@ func askJWT(t *testing.T, url, uri, xff, token string) *http.Response {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res
+	return sendDiscard(t, req)
 }
 
 // TestJWTForwardAuth: forward-auth (SLUICE_CHECK_LISTEN) keys a jwt rule

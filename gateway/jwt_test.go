@@ -190,6 +190,13 @@ func send(t *testing.T, url string, tokens ...string) *http.Response {
 			req.Header.Add("Authorization", "Bearer "+tok)
 		}
 	}
+	return sendDiscard(t, req)
+}
+
+// sendDiscard sends req with the default client and returns its response, the
+// body read and closed.
+func sendDiscard(t *testing.T, req *http.Request) *http.Response {
+	t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
