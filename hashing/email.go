@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/sluicehq/sluice/internal/textfold"
 )
 
 // The errors of CanonicalEmail and CanonicalText. They describe what is
@@ -118,39 +120,13 @@ func CanonicalEmail(s string) (string, error) {
 	// The second round finds nothing left to change for every input
 	// FuzzCanonicalEmail has tried; the bound is a guard.
 	for range 4 {
-		next := norm.NFKC.String(lowerDecomposed(norm.NFKD.String(s)))
+		next := norm.NFKC.String(textfold.LowerUpper(norm.NFKD.String(s)))
 		if next == s {
 			break
 		}
 		s = next
 	}
 	return strings.TrimFunc(s, unicode.IsSpace), nil
-}
-
-// lowerDecomposed lowers the decomposed value s: each character to the
-// lower case of its upper case, a combining mark only to its lower case,
-// and drops a dot above (U+0307) from a letter that already has its dot (a
-// Soft_Dotted base such as i or j). U+0345, the one mark with an upper
-// case, upper-cases to a letter (U+0399); lowered, that would be a letter
-// after its base rather than a mark on it, and NFKC could no longer compose
-// it: "ή" followed by U+0345 would differ from its composed form "ῄ".
-func lowerDecomposed(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	softDotted := false // the current base letter is Soft_Dotted
-	for _, r := range s {
-		switch {
-		case r == '\u0307' && softDotted:
-			continue
-		case unicode.Is(unicode.M, r):
-			b.WriteRune(unicode.ToLower(r))
-		default:
-			r = unicode.ToLower(unicode.ToUpper(r))
-			softDotted = unicode.Is(unicode.Soft_Dotted, r)
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }
 
 // emailIsASCII reports whether s is entirely ASCII.

@@ -7,7 +7,8 @@
 // metric. Every gateway instance must share the key so that they count the
 // same client under the same key.
 //
-// It imports nothing of sluice.
+// It imports nothing of sluice but internal/textfold (the case folding it
+// shares with path matching).
 package hashing
 
 import (

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/jsontext"
@@ -260,10 +259,10 @@ func (w *jsonWalker) distinct(m map[string]any, folded *map[string]struct{}, nam
 	if *folded == nil {
 		*folded = make(map[string]struct{}, 2*len(m))
 		for other := range m {
-			(*folded)[foldName(other)] = struct{}{}
+			(*folded)[jsontext.FoldName(other)] = struct{}{}
 		}
 	}
-	f := foldName(name)
+	f := jsontext.FoldName(name)
 	if _, dup := (*folded)[f]; dup {
 		return false
 	}
@@ -312,32 +311,4 @@ func (w *jsonWalker) str() (string, bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// foldName returns a form of name that two names share exactly when they
-// are equal under Unicode simple case folding (as strings.EqualFold
-// compares them): each rune replaced by the least rune of its folding
-// orbit. It does not allocate for an ASCII name without lower-case
-// letters.
-func foldName(name string) string {
-	plain := true
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c >= utf8.RuneSelf || 'a' <= c && c <= 'z' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return name
-	}
-	var b strings.Builder
-	b.Grow(len(name))
-	for _, r := range name {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
 }

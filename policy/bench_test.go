@@ -46,6 +46,7 @@ func BenchmarkMatchPath(b *testing.B) {
 		{"match form", "/api/v1/users/42/orders"},
 		{"upper case", "/API/v1/Users/42/Orders/"},
 		{"encoded", "/api%2Fv1/users;v=2/%2542/orders"},
+		{"unicode", "/api/v1/us%C4%B1ers/42/%EF%BD%8Frders"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// parseSeeds are FuzzParse's seed corpus: the README's example, every
+// parseSeeds are FuzzParse's seed corpus: docs/rules.md's example, every
 // option, and rules malformed in several ways at once.
 var parseSeeds = []string{
 	"",
@@ -175,6 +175,10 @@ func FuzzCanonicalPath(f *testing.F) {
 		`/api\login`, "/a/%7e/b", "/a/%2f", "/a%252F..%252F", "/a/..;/b", "/%", "/%4", "/%zz", "/%00",
 		"/a\x00", "/caf\xc3\xa9", "/\xff\xfe", "/%E2%84%AA", "/a%25%34%31", "/../..//./", "/.%2E/%2e.",
 		"/a?b#c", "/a[0] b",
+		"/api/log%C4%B1n", "/API/LOG%C4%B0N", "/%C5%BFecret", "/%EF%BD%81dmin%EF%BC%8Fx", "/stra%C3%9Fe",
+		"/admin::$DATA/x", "/admin:$i30:$INDEX_ALLOCATION/", "/a%C2%A0/b%E3%80%80.", "/a/%EF%BC%8E%EF%BC%8E/b",
+		"/a/%E2%80%A5", "/%C0%AE%C0%AE/", "/%EF%BC%85%EF%BC%94%EF%BC%91", "/%E1%8F%B8", "/%CD%85%CE%AE",
+		"/\u00b4", "/a%CC%81b/%E2%84%AB",
 	} {
 		f.Add(s)
 	}
@@ -211,6 +215,10 @@ func FuzzCanonicalPath(f *testing.F) {
 		m := MatchPath(out)
 		if !strings.HasPrefix(m, "/") || MatchPath(m) != m {
 			t.Fatalf("MatchPath(%q) = %q, MatchPath of that = %q", out, m, MatchPath(m))
+		}
+		// A path and its canonical form match the same rules.
+		if m != m0 {
+			t.Fatalf("MatchPath(%q) = %q, but MatchPath of its canonical form %q = %q", in, m0, out, m)
 		}
 		if m != "/" && strings.HasSuffix(m, "/") || strings.Contains(m, "//") || strings.Contains(m, ";") || strings.Contains(m, `\`) {
 			t.Fatalf("MatchPath(%q) = %q", out, m)
@@ -279,13 +287,15 @@ func FuzzPathSpellings(f *testing.F) {
 			case i == 0:
 				b.WriteString("/")
 			case bit(uint(8 * i)):
-				b.WriteString([]string{"%2F", "%2f", `\`, "%5C", "%252F", "//", "/./", "/x/../"}[variant>>(8*i%64+1)&7])
+				b.WriteString([]string{"%2F", "%2f", `\`, "%5C", "%252F", "//", "/./", "/x/../", "%EF%BC%8F", "\uff3c"}[variant>>(8*i%64+1)%10])
 			default:
 				b.WriteString("/")
 			}
 			for j := 0; j < len(seg); j++ {
 				ch := seg[j]
 				switch n := uint(8*i + j); {
+				case bit(n+3) && bit(n+4) && !bit(n+5):
+					b.WriteString(unicodeSpelling(ch, bit(n+6)))
 				case bit(n+3) && bit(n+5):
 					b.WriteString(fmt.Sprintf("%%%02x", ch)) // lower-case hex
 				case bit(n + 3):
@@ -308,7 +318,7 @@ func FuzzPathSpellings(f *testing.F) {
 				b.WriteString(";jsessionid=1")
 			}
 			if bit(uint(8*i + 7)) {
-				b.WriteString([]string{".", "%20", ".%20", "%2E"}[variant>>(8*i%64+2)&3])
+				b.WriteString([]string{".", "%20", ".%20", "%2E", "%C2%A0", "%E3%80%80.", "::$DATA", ":$i30:$INDEX_ALLOCATION"}[variant>>(8*i%64+2)&7])
 			}
 		}
 		if bit(60) {
@@ -323,6 +333,35 @@ func FuzzPathSpellings(f *testing.F) {
 			t.Fatalf("%q is a spelling of %q, but its match form %q does not match rule %q (prefix %v)", spelled, base, m, rule.Path, prefix)
 		}
 	})
+}
+
+// unicodeSpelling returns a character that readers which ignore case or
+// fold compatibility forms take for the ASCII ch: "ı" or "İ" for i, "ſ"
+// for s, the Kelvin sign for k, else the fullwidth form; percent-encoded
+// or raw.
+func unicodeSpelling(ch byte, encode bool) string {
+	var r rune
+	switch ch | 0x20 {
+	case 'i':
+		r = 'ı'
+		if ch == 'I' {
+			r = 'İ'
+		}
+	case 's':
+		r = 'ſ'
+	case 'k':
+		r = '\u212a'
+	default:
+		r = 0xff01 + rune(ch) - 0x21
+	}
+	if !encode {
+		return string(r)
+	}
+	var b strings.Builder
+	for _, c := range []byte(string(r)) {
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 // checkRLSRule fails t unless r, an rls:DOMAIN rule, has the invariants

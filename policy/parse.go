@@ -43,7 +43,7 @@ func position(line, column int) string {
 	return fmt.Sprintf("line %d, column %d", line, column)
 }
 
-// Parse parses a policy in sluice's rule language (the README's Rules section):
+// Parse parses a policy in sluice's rule language (docs/rules.md):
 //
 //	# name   methods   path         identity   limit   options
 //	login:   POST      /api/login   by ip      5/15m
@@ -104,9 +104,10 @@ type parser struct {
 type ruleParser struct {
 	*parser
 	line   int
-	column int    // see ParseError.Column
-	name   string // the rule's name once read and valid
-	onRLS  bool   // the path is rls:DOMAIN
+	column int          // see ParseError.Column
+	name   string       // the rule's name once read and valid
+	onRLS  bool         // the path is rls:DOMAIN
+	unit   CalendarUnit // the limit's window is 1d, 1w or 1mo
 	failed bool
 }
 
@@ -400,6 +401,17 @@ func (rp *ruleParser) limit(r *Rule, s string) (countOK, windowOK bool) {
 	}
 	n, nErr := parseCount(count)
 	w, wErr := parseWindow(window)
+	unit, calendar := calendarUnit(window)
+	rp.unit = unit // 1d is a calendar window too when tz= says so
+	if calendar {
+		w, wErr = unit.nominal(), nil
+	} else if num, ok := strings.CutSuffix(window, "mo"); ok && parseWindowNumber(num) {
+		rp.problem("limit: expected a calendar month as 1mo (a count of months other than 1 is not a calendar window), got %q", s)
+		return nErr == nil, false
+	} else if num, ok := strings.CutSuffix(window, "w"); ok && parseWindowNumber(num) {
+		rp.problem("limit: expected a calendar week as 1w (a count of weeks other than 1 is not a calendar window), got %q", s)
+		return nErr == nil, false
+	}
 	if nErr == errSyntax || wErr == errSyntax {
 		rp.problem(syntax, s)
 		return false, false
@@ -432,7 +444,10 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 		bucket          string // the argument of sliding(...), if any
 		burst, cost     int64
 		burstOK, costOK = true, true
-		plans           []planSpec // as written; checked once the rest is known
+		plans           []planSpec     // as written; checked once the rest is known
+		tz, anchor      string         // tz= and anchor= as written, if given
+		zone            *time.Location // tz='s zone, when it loaded
+		anchorDay       = 1
 	)
 	for _, o := range opts {
 		switch {
@@ -509,8 +524,27 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 					rp.problem("count: expected count=all, got %q", o)
 				}
 				r.CountAll = true
+			case "tz":
+				if once(key) {
+					tz = o
+					zone = rp.zone(o, val)
+				}
+			case "anchor":
+				if !once(key) {
+					continue
+				}
+				anchor = o
+				if n, err := parseDigits(val, 31); err != nil {
+					rp.problem("anchor: expected anchor=D with a day from 1 to 31, got %q", o)
+				} else {
+					anchorDay = int(n)
+				}
+			case "charge":
+				if once(key) {
+					r.Charge = rp.charge(o, val)
+				}
 			default:
-				rp.problem("options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got %q", o)
+				rp.problem("options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all, tz=Area/City, anchor=D, charge=header(Name)|json(path) or plans(claim)=name:N/window,..., got %q", o)
 			}
 		}
 	}
@@ -525,6 +559,11 @@ func (rp *ruleParser) options(r *Rule, opts []string, limitOK, windowOK bool) {
 		rp.bucket(r, algo, bucket, windowOK)
 	case "token":
 		r.Algorithm = Token
+	}
+
+	rp.calendar(r, tz, anchor, zone, anchorDay, algoOK)
+	if r.Charge != nil && rp.onRLS {
+		rp.problem("charge: expected charge= only on a rule whose path is an HTTP path (a descriptor's answer has no response to read), got %q", "charge="+r.Charge.String())
 	}
 
 	if seen["burst"] {
@@ -600,6 +639,9 @@ func (rp *ruleParser) plans(r *Rule, o string) []planSpec {
 		count, window, ok := strings.Cut(limit, "/")
 		n, nErr := parseCount(count)
 		w, wErr := parseWindow(window)
+		if unit, calendar := calendarUnit(window); calendar {
+			w, wErr = unit.nominal(), nil
+		}
 		if !ok || nErr == errSyntax || wErr == errSyntax {
 			rp.problem("plans: expected name:N/window such as pro:10000/1d, got %q", entry)
 			continue
@@ -637,6 +679,12 @@ func (rp *ruleParser) planRules(r *Rule, specs []planSpec) {
 			continue
 		case !ownBurst && r.Cost > s.Limit:
 			rp.problem("plans: expected a limit of at least the cost %d, got %q", r.Cost, s.entry)
+			continue
+		case r.Calendar != nil && s.Window != r.Window:
+			rp.problem("plans: expected the rule's calendar window %s in every plan, got %q", r.Calendar.Unit, s.entry)
+			continue
+		case r.Calendar == nil && (strings.HasSuffix(s.entry, "/1w") || strings.HasSuffix(s.entry, "/1mo")):
+			rp.problem("plans: expected a calendar window (1w, 1mo) only on a rule with that window, got %q", s.entry)
 			continue
 		}
 		p := s.Plan
@@ -688,4 +736,72 @@ func (rp *ruleParser) bucket(r *Rule, option, bucket string, windowOK bool) {
 func maxBurst(limit int64, window time.Duration) int64 {
 	interval := max(1, int64(window/time.Microsecond)/limit)
 	return min(MaxCount, int64(MaxWindow/time.Microsecond)/interval)
+}
+
+// calendarUnit reports whether window is a calendar window: 1w or 1mo
+// always, 1d when tz= makes it one (the options decide).
+func calendarUnit(window string) (CalendarUnit, bool) {
+	switch window {
+	case "1d":
+		return Day, false
+	case "1w":
+		return Week, true
+	case "1mo":
+		return Month, true
+	}
+	return 0, false
+}
+
+// parseWindowNumber reports whether s is the number of a window: one or
+// more ASCII digits.
+func parseWindowNumber(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// zone loads tz='s zone from the IANA name val.
+func (rp *ruleParser) zone(o, val string) *time.Location {
+	if val == "" || val == "Local" || strings.HasPrefix(val, "/") || strings.Contains(val, "..") {
+		rp.problem("tz: expected an IANA time zone such as tz=Europe/Berlin, got %q", o)
+		return nil
+	}
+	loc, err := time.LoadLocation(val)
+	if err != nil {
+		rp.problem("tz: expected an IANA time zone such as tz=Europe/Berlin, got %q (unknown zone)", o)
+		return nil
+	}
+	return loc
+}
+
+// calendar makes r's window a calendar one when the limit or tz= says so,
+// and reports tz= and anchor= where they do not apply.
+func (rp *ruleParser) calendar(r *Rule, tz, anchor string, zone *time.Location, anchorDay int, algoOK bool) {
+	switch {
+	case rp.unit == 0 && tz != "":
+		rp.problem("tz: expected only with a calendar window (1d, 1w or 1mo), got %q on %s", tz, FormatWindow(r.Window))
+		return
+	case rp.unit == 0 && anchor != "":
+		rp.problem("anchor: expected only with a monthly window (1mo), got %q on %s", anchor, FormatWindow(r.Window))
+		return
+	case rp.unit == 0 || (rp.unit == Day && tz == "" && anchor == ""):
+		return // an ordinary window; 1d in UTC is the epoch-aligned day
+	}
+	ok := true
+	if anchor != "" && rp.unit != Month {
+		rp.problem("anchor: expected only with a monthly window (1mo), got %q on %s", anchor, rp.unit)
+		ok = false
+	}
+	if r.Algorithm != Fixed && algoOK {
+		rp.problem("limit: expected a calendar window (%s) with the fixed algorithm only, got %q", rp.unit, r.Algorithm)
+		ok = false
+	}
+	if tz != "" && zone == nil {
+		ok = false // reported by zone
+	}
+	if !ok {
+		return
+	}
+	if zone == nil {
+		zone = time.UTC
+	}
+	r.Calendar = &Calendar{Unit: rp.unit, Zone: zone, Anchor: anchorDay}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// specExample is the example block of the README's Rules section, verbatim.
+// specExample is the first example block of docs/rules.md, verbatim.
 const specExample = `# name     methods  path                  identity       limit   options
 login:     POST     /api/login            by ip          5/15m
 register:  POST     /api/register         by ip          3/1h
@@ -147,11 +147,11 @@ func TestParseErrors(t *testing.T) {
 
 		// Options.
 		{"unknown option", "login: POST /api/login by ip 5/15m slow",
-			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got "slow"`},
+			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all, tz=Area/City, anchor=D, charge=header(Name)|json(path) or plans(claim)=name:N/window,..., got "slow"`},
 		{"option with a value it does not take", "login: POST /api/login by ip 5/15m shadow=true",
-			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got "shadow=true"`},
+			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all, tz=Area/City, anchor=D, charge=header(Name)|json(path) or plans(claim)=name:N/window,..., got "shadow=true"`},
 		{"extra limit", "login: POST /api/login by ip 5/15m 10/1h",
-			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all or plans(claim)=name:N/window,..., got "10/1h"`},
+			`line 1: rule "login": options: expected fixed, sliding, sliding(bucket), reset, token, burst=N, fail=open|closed|local, shadow, cost=N, count=all, tz=Area/City, anchor=D, charge=header(Name)|json(path) or plans(claim)=name:N/window,..., got "10/1h"`},
 		{"duplicate option", "login: POST /api/login by ip 5/15m shadow shadow",
 			`line 1: rule "login": options: expected each option once, got "shadow" twice`},
 		{"duplicate valued option", "login: POST /api/login by ip 5/15m cost=1 cost=2",

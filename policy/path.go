@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+
+	"github.com/sluicehq/sluice/internal/textfold"
 )
 
 // Request paths have two forms.
@@ -41,6 +47,23 @@ func (e *PathError) Error() string {
 // Is reports whether target is ErrInvalidPath.
 func (e *PathError) Is(target error) bool { return target == ErrInvalidPath }
 
+// CheckTarget reports whether a request target may be matched at all: the
+// target as the client sent it on the request line, or as a proxy
+// describes it (X-Forwarded-Uri, X-Original-URI), path and query. A raw
+// "#" may not be in it. A client never sends a fragment, so one there is
+// a probe, and servers disagree on what it means: browsers and URL parsers
+// end the path at it, while Go's server and most proxies keep it as part of
+// the path, so "/api/x#/../secret" is /api/secret to one upstream and
+// /api/x to another. sluice cannot know which path the upstream serves and
+// refuses the target (400). Errors are *PathError and match
+// ErrInvalidPath.
+func CheckTarget(target string) error {
+	if i := strings.IndexByte(target, '#'); i >= 0 {
+		return &PathError{Offset: i, Reason: `raw "#" in the request target`}
+	}
+	return nil
+}
+
 // stackPath is the size of the on-stack buffers that CanonicalPath and
 // MatchPath build their results in; longer paths cost an extra allocation.
 const stackPath = 256
@@ -71,10 +94,17 @@ const stackPath = 256
 //     is not written as one is an error: one that decodes to one ("%2e%2e",
 //     also doubly encoded), one that holds one once "%2F", "%5C" or "\"
 //     split it ("..%2F", "a%5C..") or its ";" parameters are cut ("..;x",
-//     Tomcat), and one made only of dots and spaces (".. ", "...", which
-//     Windows servers trim to ".." or "."). sluice cannot know which of
-//     these the upstream climbs with, so it refuses them rather than match
-//     the request under a path the upstream may not serve.
+//     Tomcat), one made only of dots and White_Space (".. ", "...",
+//     "..%C2%A0", which Windows servers and trimming readers make ".." or
+//     "."), one that is a dot segment with an NTFS stream suffix
+//     ("..::$INDEX_ALLOCATION"), and one that holds one once compatibility
+//     forms are folded as MatchPath folds them (fullwidth "．．", the two
+//     dot leader "‥", "／.."). sluice cannot know which of these the
+//     upstream climbs with, so it refuses them rather than match the
+//     request under a path the upstream may not serve.
+//   - A segment that holds, once decoded, an overlong or surrogate UTF-8
+//     encoding ("%C0%AE", "%C0%AF") is an error: strict decoders refuse it
+//     or make it U+FFFD, lenient ones read a "." or a "/".
 //   - Case, ";" parameters, a trailing slash and escapes of reserved
 //     characters such as %2F are kept: they may mean something to the
 //     upstream. MatchPath ignores them.
@@ -97,8 +127,8 @@ func CanonicalPath(escapedPath string) (string, error) {
 	rawSeg := 1 // start of the current segment in p
 	for i := 1; i <= len(p); i++ {
 		if i == len(p) || p[i] == '/' {
-			if hidesDotSegment(p[rawSeg:i], out[seg:]) {
-				return "", &PathError{Offset: rawSeg, Reason: "encoded or disguised dot segment"}
+			if reason := disguisedSegment(p[rawSeg:i], out[seg:]); reason != "" {
+				return "", &PathError{Offset: rawSeg, Reason: reason}
 			}
 			out, trailing = endSegment(out, seg)
 			seg = len(out)
@@ -138,25 +168,32 @@ func CanonicalPath(escapedPath string) (string, error) {
 	return string(out), nil
 }
 
-// hidesDotSegment reports whether a segment, raw as written and with the
-// escapes of unreserved characters decoded (dec), would be a dot segment to
-// some upstream without being one as written: see CanonicalPath. Plain "."
-// and ".." are real dot segments, which endSegment removes.
-func hidesDotSegment(raw string, dec []byte) bool {
+// disguisedSegment says why a segment, raw as written and with the
+// escapes of unreserved characters decoded (dec), cannot be matched as the
+// upstream will read it, or returns "": see CanonicalPath. Plain "." and
+// ".." are real dot segments, which endSegment removes.
+func disguisedSegment(raw string, dec []byte) string {
 	if raw == "." || raw == ".." {
-		return false
+		return ""
 	}
 	if bytes.IndexByte(dec, '.') < 0 && bytes.IndexByte(dec, '%') < 0 {
-		return false // nothing that is or decodes to a dot: the common case
+		return "" // nothing that is or decodes to a dot: the common case
 	}
 	var buf [stackPath]byte
-	for d := decodeAll(buf[:0], dec); len(d) > 0; {
-		var piece []byte
-		if piece, d = cutSegment(d); isDotsAndSpaces(piece) {
-			return true
+	d := decodeAll(buf[:0], dec)
+	if !isASCII(d) {
+		var lenient bool
+		if d, lenient = foldText(d); lenient {
+			return "overlong or surrogate UTF-8 encoding"
 		}
 	}
-	return false
+	for len(d) > 0 {
+		var piece []byte
+		if piece, d = cutSegment(d); isDotsAndSpaces(trimStream(piece)) {
+			return "encoded or disguised dot segment"
+		}
+	}
+	return ""
 }
 
 // cutSegment cuts the first segment off a decoded path (see decodeAll) as
@@ -174,20 +211,46 @@ func cutSegment(d []byte) (seg, rest []byte) {
 	return seg, rest
 }
 
-// isDotsAndSpaces reports whether s is made of dots and spaces only, with
-// at least one dot.
+// isDotsAndSpaces reports whether s is made of dots and Unicode
+// White_Space only, with at least one dot.
 func isDotsAndSpaces(s []byte) bool {
-	dot := false
-	for _, c := range s {
-		switch c {
-		case '.':
-			dot = true
-		case ' ':
-		default:
-			return false
+	return bytes.IndexByte(s, '.') >= 0 && len(trimDotsAndSpace(s)) == 0
+}
+
+// trimDotsAndSpace cuts the dots and Unicode White_Space that end s: the
+// characters Windows drops from the end of a file name, and the blanks
+// any trimming reader drops.
+func trimDotsAndSpace(s []byte) []byte {
+	for len(s) > 0 {
+		if c := s[len(s)-1]; c < utf8.RuneSelf {
+			if c != '.' && c != ' ' && (c < '\t' || c > '\r') {
+				return s // the common case, in a byte
+			}
+			s = s[:len(s)-1]
+			continue
 		}
+		r, n := utf8.DecodeLastRune(s)
+		if !unicode.IsSpace(r) {
+			return s
+		}
+		s = s[:len(s)-n]
 	}
-	return dot
+	return s
+}
+
+// trimStream cuts an NTFS stream suffix off a segment: from the first ":"
+// on, when a ":$" follows (the segment names an attribute type, such as
+// "x::$DATA", "x:$DATA", "x:$I30:$INDEX_ALLOCATION" or "x:name:$DATA").
+// Windows serves "x::$DATA" as x and "x::$INDEX_ALLOCATION" as the directory
+// x; a stream of another name is cut too, since merging two paths only
+// shares a limit. A ":" with no "$" after it ("/v1/x:batchGet") is kept. It
+// expects folded text, in which fullwidth ":" and "$" are ASCII; type names
+// need no case folding, as only "$" is looked for.
+func trimStream(s []byte) []byte {
+	if i := bytes.IndexByte(s, ':'); i >= 0 && bytes.Contains(s[i:], []byte(":$")) {
+		return s[:i]
+	}
+	return s
 }
 
 // endSegment finishes the segment out[seg:], which follows a "/": an empty
@@ -219,40 +282,58 @@ func endSegment(out []byte, seg int) (_ []byte, trailing bool) {
 //     becomes "/" (many servers and frameworks decode it before routing)
 //     and %252F becomes "/" as well (some decode twice). Malformed escapes
 //     are left as they are.
+//   - Case and compatibility forms are folded (see foldText): "I", "ı",
+//     "İ" and fullwidth "Ｉ" are all "i", "ſ" is "s", the Kelvin sign is
+//     "k", "ß" is "ss", and the fullwidth solidus "／" is a "/", as readers
+//     that ignore case (Java's equalsIgnoreCase, JavaScript's /iu, Go's
+//     strings.EqualFold, Python's casefold) or normalise (NFKC, IIS) would
+//     read them. Invalid UTF-8 becomes U+FFFD, byte by byte.
 //   - "\" is a "/" (IIS and some frameworks treat it so).
 //   - Every segment loses its ";" parameters, so "/api/login;jsessionid=x"
 //     is "/api/login", as Tomcat reads it.
-//   - Every segment loses its trailing dots and spaces, as IIS and Windows
-//     file systems drop them: "/api/login." and "/api/login%20" are
+//   - Every segment loses its trailing dots and Unicode White_Space, as IIS
+//     and Windows file systems drop them and trimming readers drop blanks:
+//     "/api/login.", "/api/login%20" and "/api/login%C2%A0" are
 //     "/api/login". (A format suffix such as ".json" is kept; a rule whose
 //     last segment has no dot matches it, see Rule.Matches.)
+//   - Every segment loses an NTFS stream suffix (see trimStream):
+//     "/admin::$DATA/x" and "/admin::$INDEX_ALLOCATION/x" are "/admin/x",
+//     as Windows serves them.
 //   - Repeated slashes are collapsed and dot segments removed again, since
 //     decoding may have produced new ones; ".." never climbs above the
 //     root.
-//   - Letters are lower-cased (Unicode simple case mapping; invalid UTF-8
-//     becomes U+FFFD, as strings.ToLower does), because some upstreams and
-//     file systems ignore case.
 //   - A trailing slash is removed, except from "/" itself.
 //
 // The result starts with "/" and MatchPath(result) == result. It is not an
 // escaped path: it may hold any byte, including "%" and "?", and is only
 // meant to be compared. MatchPath accepts any string; a path that does not
-// start with "/" is read as if it did.
+// start with "/" is read as if it did. A path that is ASCII once decoded,
+// the common case, is only lower-cased, without allocating more than the
+// result.
 func MatchPath(canonical string) string {
 	var decBuf, outBuf [stackPath]byte
 	dec := decodeAll(decBuf[:0], canonical)
+	ascii := isASCII(dec)
+	if !ascii {
+		dec, _ = foldText(dec)
+	}
 	out := outBuf[:0]
 	for len(dec) > 0 {
 		var s []byte
 		if s, dec = cutSegment(dec); !isDotsOnly(s) {
-			s = bytes.TrimRight(s, ". ")
+			s = trimDotsAndSpace(s)
+			if t := trimStream(s); len(t) != len(s) {
+				s = trimDotsAndSpace(t)
+			}
 		}
 		switch {
 		case len(s) == 0 || len(s) == 1 && s[0] == '.':
 		case len(s) == 2 && s[0] == '.' && s[1] == '.':
 			out = out[:max(0, bytes.LastIndexByte(out, '/'))]
-		default:
-			out = appendLower(append(out, '/'), s)
+		case ascii:
+			out = appendLowerASCII(append(out, '/'), s)
+		default: // folded already
+			out = append(append(out, '/'), s...)
 		}
 	}
 	if len(out) == 0 {
@@ -268,6 +349,94 @@ func MatchPath(canonical string) string {
 // resolves (and CanonicalPath only lets through as such).
 func isDotsOnly(s []byte) bool {
 	return len(s) == 1 && s[0] == '.' || len(s) == 2 && s[0] == '.' && s[1] == '.'
+}
+
+// foldCase is Unicode full case folding (CaseFolding.txt, statuses C and
+// F). A cases.Caser from Fold is stateless and safe for concurrent use.
+var foldCase = cases.Fold()
+
+// foldText folds a decoded path (see decodeAll) that is not all ASCII, so
+// that every spelling that some reader that ignores case or normalises
+// compatibility forms takes for the same text is the same text. Each
+// round, until nothing changes:
+//
+//  1. Invalid UTF-8 becomes U+FFFD, byte by byte.
+//  2. NFKD: compatibility forms are replaced (fullwidth "Ａ" is "A", "／"
+//     is "/", the no-break space a space, "ﬁ" is "fi"), and letters are
+//     parted from their marks.
+//  3. Each letter becomes the lower case of its upper case (Unicode simple
+//     case mappings), as Java's equalsIgnoreCase compares: "ı" is "i" (both
+//     upper-case to "I", although case folding keeps "ı" apart), "ς" is
+//     "σ". A dot above on a letter that has its dot already (Soft_Dotted,
+//     such as i) is dropped, so "İ" is "i", as Java and Python's re read it,
+//     rather than "i" with a dot. hashing.CanonicalEmail lowers emails alike.
+//  4. Unicode full case folding (golang.org/x/text/cases.Fold): "ß" is
+//     "ss", "ſ" is "s", the Kelvin sign is "k", as Go's strings.EqualFold,
+//     JavaScript's /iu and Python's casefold read them.
+//  5. NFKC, so that the text is in one composition whatever the steps above
+//     made of it.
+//  6. Percent-escapes are decoded again: NFKC makes "％４１" "%41".
+//
+// Each round's output is the next one's input, and the rounds stop at the
+// first that changes nothing, so that foldText of its own result changes
+// nothing; two rounds suffice for every input the fuzz targets have found,
+// and the bound of eight is a guard. lenient reports whether the text held
+// an overlong or surrogate UTF-8 encoding (such as %C0%AE, a dot to old
+// lenient decoders), which no reader agrees on.
+func foldText(d []byte) (folded []byte, lenient bool) {
+	s := string(d)
+	for range 8 {
+		lenient = lenient || hasLenientUTF8(s)
+		valid := s
+		if !utf8.ValidString(valid) {
+			valid = replaceInvalid(valid)
+		}
+		next := string(decodeAll(nil, norm.NFKC.String(foldCase.String(textfold.LowerUpper(norm.NFKD.String(valid))))))
+		if next == s {
+			break
+		}
+		s = next
+	}
+	return []byte(s), lenient
+}
+
+// replaceInvalid replaces each byte of s that is not part of valid UTF-8
+// with U+FFFD, as strings.ToLower does.
+func replaceInvalid(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for _, r := range s {
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// hasLenientUTF8 reports whether s holds a byte sequence that strict UTF-8
+// refuses but lenient decoders read as a character: an overlong encoding
+// (C0 AE is "." to them) or an encoded surrogate (CESU-8, which Java's
+// modified UTF-8 reads).
+func hasLenientUTF8(s string) bool {
+	for i := 0; i+1 < len(s); i++ {
+		switch c, n := s[i], s[i+1]; {
+		case c == 0xC0 || c == 0xC1: // overlong two-byte form of ASCII
+			return true
+		case c == 0xE0 && n < 0xA0 && n >= 0x80, // overlong three-byte form
+			c == 0xF0 && n < 0x90 && n >= 0x80,  // overlong four-byte form
+			c == 0xED && n >= 0xA0 && n <= 0xBF: // a surrogate
+			return true
+		}
+	}
+	return false
+}
+
+// isASCII reports whether every byte of s is ASCII.
+func isASCII(s []byte) bool {
+	for _, c := range s {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeAll appends p to dst with every percent-escape decoded until no
@@ -286,21 +455,13 @@ func decodeAll[S string | []byte](dst []byte, p S) []byte {
 	return dst
 }
 
-// appendLower appends s to dst in lower case, as strings.ToLower would.
-func appendLower(dst, s []byte) []byte {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			dst = append(dst, c)
-			i++
-			continue
+// appendLowerASCII appends the ASCII text s to dst in lower case.
+func appendLowerASCII(dst, s []byte) []byte {
+	for _, c := range s {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
 		}
-		r, size := utf8.DecodeRune(s[i:])
-		dst = utf8.AppendRune(dst, unicode.ToLower(r))
-		i += size
+		dst = append(dst, c)
 	}
 	return dst
 }

@@ -101,6 +101,25 @@ func TestCanonicalPathErrors(t *testing.T) {
 		{"/a/..%20/b", "invalid path: encoded or disguised dot segment at byte 3"},
 		{"/a/.%20./b", "invalid path: encoded or disguised dot segment at byte 3"},
 		{"/a/x%2F%20.%20", "invalid path: encoded or disguised dot segment at byte 3"},
+		// Dot segments once compatibility forms are folded, or with what
+		// Windows and trimming readers drop.
+		{"/a/%EF%BC%8E%EF%BC%8E/b", "invalid path: encoded or disguised dot segment at byte 3"},          // fullwidth "．．"
+		{"/a/%E2%80%A5/b", "invalid path: encoded or disguised dot segment at byte 3"},                   // "‥"
+		{"/a%EF%BC%8F..%EF%BC%8Fb", "invalid path: encoded or disguised dot segment at byte 1"},          // "／..／"
+		{"/a/\uff0e/b", "invalid path: encoded or disguised dot segment at byte 3"},                      // raw
+		{"/a/%25EF%25BC%258E/b", "invalid path: encoded or disguised dot segment at byte 3"},             // doubly encoded
+		{"/a/%EF%BC%85%EF%BC%92%EF%BD%85/b", "invalid path: encoded or disguised dot segment at byte 3"}, // "％２ｅ"
+		{"/a/..%C2%A0/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/.%E3%80%80./b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/..::$DATA/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		{"/a/..:$i30:$INDEX_ALLOCATION/b", "invalid path: encoded or disguised dot segment at byte 3"},
+		// Lenient decoders read these as "." or "/".
+		{"/a/%C0%AE%C0%AE/b", "invalid path: overlong or surrogate UTF-8 encoding at byte 3"},
+		{"/a%C0%AFb", "invalid path: overlong or surrogate UTF-8 encoding at byte 1"},
+		{"/a%E0%80%AEb", "invalid path: overlong or surrogate UTF-8 encoding at byte 1"},
+		{"/a%F0%80%80%AEb", "invalid path: overlong or surrogate UTF-8 encoding at byte 1"},
+		{"/a%ED%A0%80b", "invalid path: overlong or surrogate UTF-8 encoding at byte 1"},
+		{"/a%25C0%25AEb", "invalid path: overlong or surrogate UTF-8 encoding at byte 1"},
 	}
 	for _, tt := range tests {
 		got, err := CanonicalPath(tt.in)
@@ -158,6 +177,34 @@ func TestMatchPath(t *testing.T) {
 		{"/api/login.json.", "/api/login.json"},
 		{"/a/...", "/a"},
 		{"/a/. ./b", "/a/b"},
+		// Case and compatibility forms, folded.
+		{"/api/log%C4%B1n", "/api/login"},                       // dotless ı: Java's equalsIgnoreCase
+		{"/API/LOG%C4%B0N", "/api/login"},                       // İ
+		{"/api/logi%CC%87n", "/api/login"},                      // i and a dot above, as Java lowers İ
+		{"/api/%C5%BFecret", "/api/secret"},                     // long ſ
+		{"/%EF%BC%A1%EF%BD%90%EF%BD%89/x", "/api/x"},            // fullwidth
+		{"/admin%EF%BC%8Fx", "/admin/x"},                        // fullwidth solidus
+		{"/admin%EF%BC%BCx", "/admin/x"},                        // fullwidth reverse solidus
+		{"/stra%C3%9Fe", "/strasse"},                            // ß: full case folding
+		{"/%EF%AC%81le", "/file"},                               // the ligature ﬁ
+		{"/%CE%A3%CF%82", "/σσ"},                                // final sigma
+		{"/caf%C3%A9", "/café"},                                 // composed
+		{"/cafe%CC%81", "/café"},                                // decomposed
+		{"/%EF%BC%85%EF%BC%94%EF%BC%91", "/a"},                  // "％４１" is "%41" once folded
+		{"/a%FFb", "/a\uFFFDb"},                                 // invalid UTF-8
+		{"/%E1%8F%B8", "/\u13f0"},                               // Cherokee folds to upper case
+		{"/api/login%C2%A0", "/api/login"},                      // White_Space at a segment's end
+		{"/api/login%E3%80%80.%E2%80%83", "/api/login"},         //
+		{"/api%E1%9A%80/login", "/api/login"},                   //
+		{"/api/%C2%A0login", "/api/ login"},                     // only at the end
+		{"/admin::$DATA/x", "/admin/x"},                         // NTFS streams
+		{"/admin::$INDEX_ALLOCATION/x", "/admin/x"},             //
+		{"/admin:$i30:$index_allocation/x", "/admin/x"},         //
+		{"/admin:$DATA", "/admin"},                              //
+		{"/admin:s:$DATA", "/admin"},                            //
+		{"/admin.::$DATA./", "/admin"},                          //
+		{"/admin%EF%BC%9A%EF%BC%9A%EF%BC%84DATA/x", "/admin/x"}, // fullwidth ":" and "$"
+		{"/v1/x:batchGet", "/v1/x:batchget"},                    // a ":" alone is kept
 	}
 	for _, tt := range tests {
 		got := MatchPath(tt.in)
@@ -248,6 +295,24 @@ func TestPathSpellings(t *testing.T) {
 		}
 		if got := p.Match("POST", MatchPath(c), nil); len(got) != 0 {
 			t.Errorf("%q matched %d rules, want none", s, len(got))
+		}
+	}
+}
+
+func TestCheckTarget(t *testing.T) {
+	for _, target := range []string{"/api/login", "/api/login?x=1", "https://example.com/api/login?x=%23", "/a%23b", "*"} {
+		if err := CheckTarget(target); err != nil {
+			t.Errorf("CheckTarget(%q) = %v, want nil", target, err)
+		}
+	}
+	for target, want := range map[string]string{
+		"/api/x#/../secret": `invalid path: raw "#" in the request target at byte 6`,
+		"/api/x?a=#b":       `invalid path: raw "#" in the request target at byte 9`,
+		"#":                 `invalid path: raw "#" in the request target at byte 0`,
+	} {
+		err := CheckTarget(target)
+		if err == nil || err.Error() != want || !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("CheckTarget(%q) = %v, want %q", target, err, want)
 		}
 	}
 }

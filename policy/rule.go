@@ -4,7 +4,8 @@
 // A Policy is immutable once parsed and safe for simultaneous use by
 // multiple goroutines.
 //
-// It imports nothing of sluice: the limiter, the proxy, the admin API and
+// It imports nothing of sluice but internal/textfold (the case folding it
+// shares with hashing): the limiter, the proxy, the admin API and
 // the gateway build on it.
 package policy
 
@@ -147,6 +148,13 @@ type Rule struct {
 	Shadow    bool
 	Cost      int64 // tokens one request consumes, at least 1
 	CountAll  bool  // denied requests are counted too
+	// Calendar makes a fixed rule's window a calendar one (1d with tz=,
+	// 1w, 1mo); nil for windows aligned to the epoch. Window then holds
+	// the unit's nominal length (see WindowString).
+	Calendar *Calendar
+	// Charge reads what a request cost from its response (charge=); nil
+	// when the cost is known at admission.
+	Charge *Charge
 
 	// Domain is the Envoy rate limit domain of a rule whose path is
 	// rls:DOMAIN (see IsRLS); Path is then empty. Empty for HTTP rules.
@@ -162,6 +170,15 @@ type Rule struct {
 	// Plans are the rule's limits by plan, in source order; nil without
 	// "plans(...)". See ForPlan.
 	Plans []Plan
+}
+
+// WindowString renders the rule's window as the rule language writes it:
+// "15m", "1d", or a calendar window's "1mo".
+func (r *Rule) WindowString() string {
+	if r.Calendar != nil {
+		return r.Calendar.Unit.String()
+	}
+	return FormatWindow(r.Window)
 }
 
 // Plan is one limit of a rule's "plans(claim)=name:N/window,..." option:

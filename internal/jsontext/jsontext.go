@@ -1,8 +1,10 @@
 // Package jsontext holds what sluice's readers of JSON text share beyond
-// encoding/json: a walker over text that json.Valid accepted, and the
-// check for unpaired surrogate escapes, which encoding/json replaces
-// instead of refusing. proxy/identity reads an e-mail from a JSON body
-// with it, jwt the header and claims of a token.
+// encoding/json: a walker over text that json.Valid accepted, the check
+// for unpaired surrogate escapes, which encoding/json replaces instead of
+// refusing, the folding under which two member names are one, and Decode,
+// the strict decoder of a request body. proxy/identity reads an e-mail
+// from a JSON body with it, jwt the header and claims of a token, admin
+// the bodies of its writes.
 //
 // It imports nothing of sluice.
 package jsontext

@@ -67,3 +67,18 @@ type binary struct {
 	path string
 	err  error
 }
+
+// Sluice is Build of the sluice command itself.
+func Sluice(t testing.TB) string {
+	t.Helper()
+	return Build(t, "github.com/sluicehq/sluice")
+}
+
+// Main runs the tests of m, then removes what Build built, and returns the
+// exit code: TestMain of a package whose tests call Build is
+// os.Exit(proctest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	RemoveBuilt()
+	return code
+}

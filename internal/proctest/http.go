@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// Call sends method url with body and, unless token is empty, the bearer
-// token, on http.DefaultClient; it returns the status and the body, and
-// fails t if nothing answered.
+// Call sends method url with body (as application/json, unless it is
+// empty) and, unless token is empty, the bearer token, on
+// http.DefaultClient; it returns the status and the body, and fails t if
+// nothing answered.
 func Call(t testing.TB, method, url, token, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -18,6 +19,9 @@ func Call(t testing.TB, method, url, token, body string) (int, string) {
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -1,10 +1,13 @@
 // Package proctest is test support for the tests that run programs (the
-// sluice binary, PostgreSQL, PgBouncer): free loopback ports, a buffer for
-// a child's output, starting a child that dies with the test and stopping
+// sluice binary, PostgreSQL, PgBouncer, the Debian tools a test drives):
+// building the binary, finding a tool, free loopback ports and the
+// address a child logged for a listener given port 0, a buffer for a
+// child's output, starting a child that dies with the test and stopping
 // it, waiting for a port to accept, reading a Prometheus exposition, and
 // small HTTP calls.
 //
-// It is for tests only, and imports nothing of sluice.
+// It is for tests (and the load harness in bench/) only, and imports
+// nothing of sluice.
 package proctest
 
 import (
@@ -33,6 +36,16 @@ import (
 // and sends its traffic to someone else.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	p, err := Port()
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	return p
+}
+
+// Port is FreePort for a program that is not a test (the load harness):
+// the same ports, and an error instead of a failed test.
+func Port() (int, error) {
 	ports.Lock()
 	defer ports.Unlock()
 	if ports.handed == nil {
@@ -56,16 +69,16 @@ func FreePort(t testing.TB) int {
 		}
 		l.Close()
 		ports.handed[p] = true
-		return p
+		return p, nil
 	}
 	// No range below the ephemeral one, or all of it taken: let the
 	// kernel choose.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ports is FreePort's state: the range it hands ports out of, where it
