@@ -117,8 +117,9 @@ type BreakerConfig struct {
 // decision is let through, and recovery needs neither traffic nor a
 // restart. Without Run, an open breaker stays open.
 //
-// A cancelled call (ErrorCanceled: the client went away) says nothing
-// about the store and is not counted. Calls that were in flight when the
+// A cancelled call (ErrorCanceled: the client went away) and one the
+// store's own queue refused (ErrorOverload) say nothing about the store
+// and are not counted. Calls that were in flight when the
 // breaker opened are ignored when they end.
 //
 // The zero value is not usable; use NewBreaker. A CircuitBreaker is safe
@@ -240,8 +241,8 @@ func (b *CircuitBreaker) Record(took time.Duration, err error) {
 	kind := ""
 	if err != nil {
 		kind = ErrorKind(err)
-		if kind == ErrorCanceled {
-			return
+		if kind == ErrorCanceled || kind == ErrorOverload {
+			return // the client's doing, or the gateway's own queue: not the store's
 		}
 	}
 	now := b.now()

@@ -44,6 +44,11 @@ const (
 	// ErrorInsufficientPrivilege: the database role may not use sluice's
 	// objects.
 	ErrorInsufficientPrivilege = "insufficient_privilege"
+	// ErrorOverload: the store was not asked: the decision found the
+	// gateway's own queue of decisions at its bound (too many waiting for
+	// the store at once). It says nothing about the store's health: the
+	// circuit breaker does not count it.
+	ErrorOverload = "overload"
 	// ErrorOther: anything else.
 	ErrorOther = "other"
 )
@@ -51,7 +56,7 @@ const (
 // errorKinds lists the kinds, for validating what a KindedError reports.
 var errorKinds = [...]string{
 	ErrorTimeout, ErrorCanceled, ErrorConnection, ErrorReadOnly, ErrorTooManyConnections,
-	ErrorUndefinedTable, ErrorInsufficientPrivilege, ErrorOther,
+	ErrorUndefinedTable, ErrorInsufficientPrivilege, ErrorOverload, ErrorOther,
 }
 
 // KindedError is implemented by store errors that know their kind better

@@ -38,10 +38,16 @@ type cacheKey struct {
 // decided it, on the store's clock.
 type overLimit struct {
 	rule    *policy.Rule // the rule the store decided under
-	until   time.Time
+	until   time.Time    // when a retry may pass, on the local clock
 	limit   int64
 	window  time.Duration
 	decided time.Time
+	// reset is the counter's Reset as the store gave it (its clock), and
+	// resetAt the same instant on the local clock: a denial from the
+	// cache reports the key's reset, as the store's answers and /v1/keys
+	// do, not when a retry may pass.
+	reset, resetAt time.Time
+	count          int64
 }
 
 func newFastPath(size int) (*fastPath, error) {
@@ -60,8 +66,9 @@ func newFastPath(size int) (*fastPath, error) {
 // only the store can do).
 //
 // On a hit, it fills results and sources: a remembered check gets
-// Allowed=false, Remaining 0 and its deadline as Reset, with RetryAfter and
-// ResetAfter the time left until it (SourceFastPath); every other check is
+// Allowed=false, Remaining 0, the counter's Reset and Count as the store
+// gave them, ResetAfter the time left until that reset and RetryAfter
+// the time left until its deadline (SourceFastPath); every other check is
 // SourceNotEvaluated with only Limit and Window set. It returns the longest
 // RetryAfter among the remembered checks. Without a hit, results and
 // sources hold nothing meaningful. Expired entries it meets are removed.
@@ -91,8 +98,8 @@ func (f *fastPath) deny(checks []Check, now time.Time, results []Result, sources
 		}
 		left := e.until.Sub(now)
 		results[i] = Result{
-			Allowed: false, Limit: e.limit, Window: e.window, Remaining: 0,
-			Reset: e.until, ResetAfter: left, RetryAfter: left,
+			Allowed: false, Limit: e.limit, Window: e.window, Remaining: 0, Count: e.count,
+			Reset: e.reset, ResetAfter: max(0, e.resetAt.Sub(now)), RetryAfter: left,
 		}
 		sources[i] = SourceFastPath
 		hit = true
@@ -120,6 +127,7 @@ func (f *fastPath) remember(checks []Check, results []Result, start time.Time) {
 			rule:  c.Rule,
 			until: start.Add(r.RetryAfter), limit: r.Limit, window: r.Window,
 			decided: r.Reset.Add(-r.ResetAfter), // the store's clock at the decision
+			reset:   r.Reset, resetAt: start.Add(r.ResetAfter), count: r.Count,
 		})
 	}
 }

@@ -15,7 +15,11 @@ func TestFastPathStep(t *testing.T) {
 	other := &policy.Rule{Name: "other", Limit: 9, Window: time.Hour, Cost: 1}
 	shadow := &policy.Rule{Name: "shadow", Limit: 2, Window: time.Minute, Cost: 1, Shadow: true}
 	all := &policy.Rule{Name: "all", Limit: 2, Window: time.Minute, Cost: 1, CountAll: true}
-	denied := Result{Allowed: false, Limit: 5, Window: time.Hour, RetryAfter: 30 * time.Second}
+	// A token rule's denial: a retry may pass in 30 s, the bucket is full
+	// again in 50 min (its reset, on the store's clock, a second ahead).
+	storeNow := now.Add(time.Second)
+	denied := Result{Allowed: false, Limit: 5, Window: time.Hour, Count: 5, RetryAfter: 30 * time.Second,
+		Reset: storeNow.Add(50 * time.Minute), ResetAfter: 50 * time.Minute}
 
 	f, err := newFastPath(10)
 	if err != nil {
@@ -30,8 +34,10 @@ func TestFastPathStep(t *testing.T) {
 	results := make([]Result, 2)
 	sources := make([]Source, 2)
 	hit, wait := f.deny([]Check{{other, "k"}, {plain, "k"}}, now.Add(10*time.Second), results, sources)
-	want := Result{Allowed: false, Limit: 5, Window: time.Hour, Remaining: 0,
-		Reset: now.Add(30 * time.Second), ResetAfter: 20 * time.Second, RetryAfter: 20 * time.Second}
+	// 10 s later: the store's reset as it gave it, the time left until it,
+	// and the time left until a retry may pass.
+	want := Result{Allowed: false, Limit: 5, Window: time.Hour, Remaining: 0, Count: 5,
+		Reset: storeNow.Add(50 * time.Minute), ResetAfter: 50*time.Minute - 10*time.Second, RetryAfter: 20 * time.Second}
 	if !hit || wait != 20*time.Second || results[1] != want || sources[1] != SourceFastPath {
 		t.Errorf("hit=%v wait=%v result %+v source %v, want a hit with %+v", hit, wait, results[1], sources[1], want)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -96,7 +97,8 @@ type Config struct {
 	Local Store
 	// Timeout is the deadline of one store decision (SLUICE_DB_TIMEOUT).
 	// Zero means DefaultTimeout; Off means no deadline beyond the caller's
-	// context.
+	// context. A SelfTimed store applies it itself, to what it sends, and
+	// gets no deadline from the Limiter.
 	Timeout time.Duration
 	// DefaultFail is the fail mode of rules whose Fail is FailDefault
 	// (SLUICE_FAIL_MODE). FailDefault here means FailLocal, the setting's
@@ -143,6 +145,8 @@ type Limiter struct {
 	breaker     Breaker
 	denied      func(Check)  // nil: nobody asked
 	tracer      trace.Tracer // nil: no spans
+	overloaded  logEvery     // the overload log line's rate limit
+	charges     charges      // settlements waiting for the store
 }
 
 // New returns a Limiter for cfg, or an error that names every invalid
@@ -187,6 +191,9 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	if l.log == nil {
 		l.log = zap.NewNop()
+	}
+	if st, ok := cfg.Store.(SelfTimed); ok && st.TimesItself() {
+		l.timeout = Off
 	}
 	if l.breaker == nil {
 		l.breaker = alwaysAllow{}
@@ -392,12 +399,21 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 	// every request: logging each at Warn would flood the log (the breaker
 	// logs its own changes of state). A cancelled decision is the client's
 	// doing, not the store's.
+	// An overload (the gateway's own queue at its bound) can come from
+	// every request of a flood: it is said at most once a second, with how
+	// many there were.
+	kind := ErrorKind(err)
 	level := zap.WarnLevel
 	if errors.Is(err, ErrBreakerOpen) || errors.Is(err, context.Canceled) {
 		level = zap.DebugLevel
 	}
-	if ce := l.log.Check(level, "rate-limit store could not decide; applying fail modes"); ce != nil {
-		ce.Write(zap.String("kind", ErrorKind(err)), zap.Error(err), zap.Bool("closed", closed), zap.Int("local_checks", local))
+	if kind == ErrorOverload {
+		if n := l.overloaded.tick(time.Now()); n > 0 {
+			l.log.Warn("too many decisions waiting for the rate-limit store: applying fail modes without it (overload)",
+				zap.Error(err), zap.Int64("overloaded_decisions", n))
+		}
+	} else if ce := l.log.Check(level, "rate-limit store could not decide; applying fail modes"); ce != nil {
+		ce.Write(zap.String("kind", kind), zap.Error(err), zap.Bool("closed", closed), zap.Int("local_checks", local))
 	}
 
 	// Until told otherwise, every check fails open.
@@ -497,4 +513,27 @@ func resize[T any](s []T, n int) []T {
 		return s[:n]
 	}
 	return make([]T, n)
+}
+
+// logEvery rate-limits a log line to one a second. It is safe for
+// simultaneous use.
+type logEvery struct {
+	mu     sync.Mutex
+	last   time.Time
+	missed int64
+}
+
+// tick counts one event at now and returns how many events the line
+// should report: all since the last line, once a second has passed since
+// it; otherwise 0 (say nothing now).
+func (e *logEvery) tick(now time.Time) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.missed++
+	if !e.last.IsZero() && now.Sub(e.last) < time.Second {
+		return 0
+	}
+	n := e.missed
+	e.last, e.missed = now, 0
+	return n
 }

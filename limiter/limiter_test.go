@@ -181,7 +181,7 @@ func TestFastPath(t *testing.T) {
 			continue
 		}
 		want := limiter.Result{
-			Allowed: false, Limit: 2, Window: time.Minute, Remaining: 0,
+			Allowed: false, Limit: 2, Window: time.Minute, Remaining: 0, Count: 2,
 			Reset: storetest.Base.Add(time.Minute), ResetAfter: st.left, RetryAfter: st.left,
 		}
 		if o.Allowed || o.Sources[0] != limiter.SourceFastPath || o.Results[0] != want || o.RetryAfter != st.left {
@@ -777,13 +777,13 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	// Every kind's series exists from the start, at zero.
 	for _, kind := range []string{"timeout", "canceled", "connection", "read_only", "too_many_connections",
-		"undefined_table", "insufficient_privilege", "other"} {
+		"undefined_table", "insufficient_privilege", "overload", "other"} {
 		if got := f.metric(t, "sluice_store_errors_total", "kind", kind); got != 0 {
 			t.Errorf("store errors of kind %s = %v after successful decisions", kind, got)
 		}
 	}
 	n, err := testutil.GatherAndCount(f.reg, "sluice_store_errors_total")
-	if err != nil || n != 8 {
+	if err != nil || n != 9 {
 		t.Errorf("%d store error series (%v), want one per kind", n, err)
 	}
 }

@@ -46,6 +46,8 @@ type Metrics struct {
 	storeErrors        *prometheus.CounterVec
 	breakerGauge       prometheus.Gauge
 	breakerTransitions *prometheus.CounterVec
+	charges            *prometheus.CounterVec
+	chargedUnits       *prometheus.CounterVec
 }
 
 // latencyBuckets are the buckets, in seconds, of the latency histograms.
@@ -79,6 +81,9 @@ func histogram(name, help string, buckets []float64) prometheus.Histogram {
 //     half-open, 2 open (stays 0 without a breaker).
 //   - sluice_store_breaker_transitions_total{to}: changes of the breaker's
 //     state, by the state entered (closed, half_open, open).
+//   - sluice_charges_total{rule, result}: charges read from responses
+//     (see the Charge constants); sluice_charged_units_total{rule}: the
+//     units they charged.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: counterVec("sluice_decisions_total",
@@ -98,6 +103,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		breakerTransitions: counterVec("sluice_store_breaker_transitions_total",
 			"Changes of the store circuit breaker's state, by the state entered.", "to"),
+		charges: counterVec("sluice_charges_total",
+			"Charges read from responses (charge=), by rule and result: charged, missing or invalid (the reservation stands), retried (the store could not take it at once).", "rule", "result"),
+		chargedUnits: counterVec("sluice_charged_units_total",
+			"Units charged from responses (charge=), by rule.", "rule"),
 	}
 	for _, k := range errorKinds {
 		m.storeErrors.WithLabelValues(k)
@@ -107,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.fastPathHits, m.decisionDuration, m.storeDuration, m.storeErrors,
-			m.breakerGauge, m.breakerTransitions)
+			m.breakerGauge, m.breakerTransitions, m.charges, m.chargedUnits)
 	}
 	return m
 }
@@ -192,5 +201,20 @@ func (m *Metrics) breakerTransition(to BreakerState) {
 	if m != nil {
 		m.breakerGauge.Set(float64(to))
 		m.breakerTransitions.WithLabelValues(to.String()).Inc()
+	}
+}
+
+// charged counts one charge read from a response.
+func (m *Metrics) charged(rule, read string, units int64) {
+	if m != nil {
+		m.charges.WithLabelValues(rule, read).Inc()
+		m.chargedUnits.WithLabelValues(rule).Add(float64(units))
+	}
+}
+
+// chargeResult counts a charge's fate at the store.
+func (m *Metrics) chargeResult(rule, result string) {
+	if m != nil {
+		m.charges.WithLabelValues(rule, result).Inc()
 	}
 }

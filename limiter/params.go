@@ -21,13 +21,39 @@ type Params struct {
 	Burst int64
 	// Cost is what one request consumes, at least 1.
 	Cost int64
+	// Calendar, for a fixed rule with a calendar window, gives the
+	// periods that replace windows aligned to the epoch; Window is then
+	// the unit's nominal length. Nil otherwise.
+	Calendar *policy.Calendar
+}
+
+// Period returns the fixed window that holds now (µs since the epoch):
+// the calendar period of a calendar rule, else the window of Window
+// aligned to the epoch.
+func (p *Params) Period(now int64) (start, end int64) {
+	return Period(p.Calendar, p.Window.Microseconds(), now)
+}
+
+// Period returns the fixed window that holds now (µs since the epoch):
+// the period of cal, or when cal is nil the window of window µs aligned
+// to the epoch. Every store counts fixed windows with it.
+func Period(cal *policy.Calendar, window, now int64) (start, end int64) {
+	if cal != nil {
+		s, e := cal.Period(time.UnixMicro(now))
+		return s.UnixMicro(), e.UnixMicro()
+	}
+	start = now / window * window
+	if now%window < 0 {
+		start -= window
+	}
+	return start, start + window
 }
 
 // RuleParams returns the parameters of r when the key has no override. A
 // sliding rule without a Bucket gets policy.DefaultBucket(Window), a token
 // rule without a Burst gets its Limit, and a Cost below 1 counts as 1.
 func RuleParams(r *policy.Rule) Params {
-	p := Params{Limit: r.Limit, Window: r.Window, Bucket: r.Bucket, Burst: r.Burst, Cost: max(1, r.Cost)}
+	p := Params{Limit: r.Limit, Window: r.Window, Bucket: r.Bucket, Burst: r.Burst, Cost: max(1, r.Cost), Calendar: r.Calendar}
 	if p.Burst <= 0 {
 		p.Burst = p.Limit
 	}
@@ -46,6 +72,9 @@ func RuleParams(r *policy.Rule) Params {
 // policy.DefaultBucket(window).
 func OverrideParams(r *policy.Rule, limit int64, window time.Duration) Params {
 	p := Params{Limit: limit, Window: window, Bucket: r.Bucket, Burst: limit, Cost: max(1, r.Cost)}
+	if r.Calendar != nil && window == r.Window {
+		p.Calendar = r.Calendar // the override changes the limit of each period
+	}
 	if r.Burst > 0 && r.Burst != r.Limit {
 		p.Burst = r.Burst
 	}

@@ -34,6 +34,11 @@ type Result struct {
 	Window time.Duration
 	// Remaining is the room left after this decision, never negative.
 	Remaining int64
+	// Count is what the counter holds after this decision, in units of
+	// the limit: Limit - Remaining, except after a charge (charge=) took
+	// the counter past its limit, when it is more than Limit. For a token
+	// bucket, the tokens that have not refilled yet.
+	Count int64
 	// Reset is when the counter next has its whole limit available again,
 	// on the store's clock.
 	Reset time.Time
@@ -68,6 +73,20 @@ type Result struct {
 // Implementations are safe for simultaneous use by multiple goroutines.
 type Store interface {
 	Decide(ctx context.Context, checks []Check, results []Result) (allowed bool, err error)
+}
+
+// SelfTimed is implemented by a store that queues decisions and holds
+// what it sends to the decision deadline itself (Config.Timeout), counted
+// from the moment a statement is sent: the Postgres store, whose batcher
+// queues decisions behind the statements in flight. The Limiter then puts
+// no deadline of its own on the call, so that a decision waiting its turn
+// behind statements that are being answered never fails for the wait (load
+// is not an outage), while a statement the store does not answer in time
+// still fails every decision that waits on it within the deadline.
+type SelfTimed interface {
+	Store
+	// TimesItself reports whether the store applies the deadline itself.
+	TimesItself() bool
 }
 
 // Allowed reports the combined verdict of results: true when every

@@ -18,8 +18,9 @@ type params struct {
 	limit, cost   int64
 	window        int64 // W
 	windowD       time.Duration
-	bucket, k     int64 // sliding: b and W / b
-	interval, tau int64 // token: T and τ = B·T
+	bucket, k     int64            // sliding: b and W / b
+	interval, tau int64            // token: T and τ = B·T
+	cal           *policy.Calendar // fixed: a calendar window's periods, or nil
 }
 
 func makeParams(lp limiter.Params) params {
@@ -29,6 +30,7 @@ func makeParams(lp limiter.Params) params {
 		window:  lp.Window.Microseconds(),
 		windowD: lp.Window,
 		bucket:  lp.Bucket.Microseconds(),
+		cal:     lp.Calendar,
 	}
 	if p.bucket > 0 {
 		p.k = p.window / p.bucket
@@ -77,12 +79,12 @@ func verdict(p *params, a policy.Algorithm, c *counter, now int64) bool {
 func consume(p *params, a policy.Algorithm, c *counter, now int64) {
 	switch a {
 	case policy.Fixed:
-		ws := floorDiv(now, p.window) * p.window
+		ws, we := p.period(now)
 		if c.start != ws {
 			c.start, c.n = ws, 0
 		}
 		c.n += p.cost
-		c.expires = ws + p.window
+		c.expires = we
 	case policy.Reset:
 		c.start, c.n = resetWindow(p, c, now)
 		c.n += p.cost
@@ -102,11 +104,14 @@ func consume(p *params, a policy.Algorithm, c *counter, now int64) {
 // consuming: step 4 of a decision. ok is the check's own verdict.
 func result(p *params, a policy.Algorithm, c *counter, now int64, ok bool) limiter.Result {
 	var remaining, reset, retry int64
+	window := p.windowD
 	switch a {
 	case policy.Fixed:
+		var start int64
+		start, reset = p.period(now)
 		remaining = p.limit - fixedCount(p, c, now)
-		reset = floorDiv(now, p.window)*p.window + p.window
 		retry = reset - now
+		window = time.Duration(reset-start) * time.Microsecond
 	case policy.Reset:
 		start, n := resetWindow(p, c, now)
 		remaining = p.limit - n
@@ -136,17 +141,26 @@ func result(p *params, a policy.Algorithm, c *counter, now int64, ok bool) limit
 	return limiter.Result{
 		Allowed:    ok,
 		Limit:      p.limit,
-		Window:     p.windowD,
+		Window:     window,
 		Remaining:  max(0, remaining),
+		Count:      max(0, p.limit-remaining),
 		Reset:      time.UnixMicro(reset).UTC(),
 		ResetAfter: time.Duration(max(0, reset-now)) * time.Microsecond,
 		RetryAfter: time.Duration(max(0, retry)) * time.Microsecond,
 	}
 }
 
+// period is the fixed window that holds now (see limiter.Period).
+func (p *params) period(now int64) (start, end int64) {
+	return limiter.Period(p.cal, p.window, now)
+}
+
 // fixedCount is the count of the fixed window that holds now.
 func fixedCount(p *params, c *counter, now int64) int64 {
-	if c == nil || c.start != floorDiv(now, p.window)*p.window {
+	if c == nil {
+		return 0
+	}
+	if start, _ := p.period(now); c.start != start {
 		return 0
 	}
 	return c.n
@@ -261,4 +275,51 @@ func addSat(a, b int64) int64 {
 		return maxMicros
 	}
 	return a + b
+}
+
+// settle applies a charge to c at now (decide_function.sql's c_settle, to
+// the microsecond): the difference to the reservation while the window
+// (or the sliding span, or for a token bucket always) that counted the
+// reservation at admitted is current, else the whole charge; never below
+// zero, and past the limit if so it comes.
+func settle(p *params, a policy.Algorithm, c *counter, now, reserved, charge, admitted int64) {
+	switch a {
+	case policy.Token:
+		if delta := charge - reserved; delta >= 0 {
+			c.tat = addSat(tokenStart(c, now), mulSat(delta, p.interval))
+		} else {
+			c.tat = max(now, tokenStart(c, now)-mulSat(-delta, p.interval))
+		}
+		c.expires = c.tat
+	case policy.Sliding:
+		i := floorDiv(now, p.bucket)
+		c.prune(i - p.k + 1)
+		delta := charge
+		if floorDiv(admitted, p.bucket) > i-p.k {
+			delta -= reserved
+		}
+		cur := int64(0)
+		if n := len(c.buckets); n > 0 && c.buckets[n-1].idx == i {
+			cur = c.buckets[n-1].n
+		}
+		c.add(i, max(0, cur+delta)-cur)
+		c.expires = (c.buckets[len(c.buckets)-1].idx + p.k) * p.bucket
+	case policy.Reset:
+		start, n := resetWindow(p, c, now)
+		if admitted >= start {
+			charge -= reserved
+		}
+		c.start, c.n = start, max(0, n+charge)
+		c.expires = c.start + p.window
+	default:
+		start, end := p.period(now)
+		if c.start != start {
+			c.start, c.n = start, 0
+		}
+		if admitted >= start {
+			charge -= reserved
+		}
+		c.n = max(0, c.n+charge)
+		c.expires = end
+	}
 }

@@ -467,3 +467,49 @@ func (sh *shard) sweep(now int64, limit int) int {
 	}
 	return n
 }
+
+// Settle applies charges (limiter.Settler), all under the locks of their
+// shards at once. A key with no counter of its own in a full store is
+// charged in its rule's overflow counter, as it was counted.
+func (s *Store) Settle(ctx context.Context, ss []limiter.Settlement) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := limiter.ValidateSettlements(ss); err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+	var mask uint64
+	for _, st := range ss {
+		mask |= 1 << s.shardOf(st.Check.Rule.Name, st.Check.Key)
+	}
+	s.lockShards(mask)
+	defer s.unlockShards(mask)
+	now := s.now().UnixMicro()
+	for _, st := range ss {
+		r := st.Check.Rule
+		sh := &s.shards[s.shardOf(r.Name, st.Check.Key)]
+		ck := counterKey{r.Name, st.Check.Key}
+		p, err := sh.params(r, ck)
+		if err != nil {
+			return fmt.Errorf("memory: rule %q: %w", r.Name, err)
+		}
+		ctr := sh.counters[ck]
+		if ctr == nil && s.keys.Load() >= s.maxKeys {
+			ck = counterKey{r.Name, overflowKey}
+			ctr = sh.counters[ck]
+		}
+		if ctr != nil && ctr.algo != r.Algorithm {
+			s.drop(sh, ck)
+			ctr = nil
+		}
+		if ctr == nil {
+			ctr = &counter{algo: r.Algorithm}
+			sh.counters[ck] = ctr
+			if ck.key != overflowKey {
+				s.keys.Add(1)
+			}
+		}
+		settle(&p, r.Algorithm, ctr, now, st.Reserved, st.Charge, st.Admitted.UnixMicro())
+	}
+	return nil
+}

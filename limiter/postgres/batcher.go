@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // The batcher turns many concurrent Decide calls into few statements.
@@ -46,6 +47,21 @@ import (
 // number of instances) serialise on the row locks as any transactions do,
 // without deadlock because every one locks in the same order. Nothing is
 // counted on the Go side.
+//
+// Load is not an outage. A decision waits in the queue as long as the
+// statements ahead of it are being answered: the decision deadline
+// (Options.DecisionTimeout, SLUICE_DB_TIMEOUT) bounds each statement from
+// the moment it is sent, not the wait of the decisions behind it, so a
+// burst that queues for longer than the deadline is decided by the
+// database like any other traffic. When a statement in flight passes the
+// deadline, the database is not answering in time: every decision waiting
+// on it (in that statement or queued behind it) fails at once with a
+// timeout, and so does every decision that arrives while it is still
+// overdue, so that a database that hangs costs no request more than the
+// deadline and the breaker sees it. The queue's bound (MaxQueued) keeps
+// memory flat: a decision that finds it full is not queued and fails with
+// limiter.ErrorOverload, which applies its fail mode without the store and
+// which the breaker does not count.
 //
 // Contexts: a decision whose context ends while it is queued is dropped
 // from the queue, never sent, and counts nothing; its caller gets the
@@ -128,13 +144,22 @@ type batcher struct {
 	maxBatch    int
 	maxQueued   int
 	wait        time.Duration // Options.BatchWait
+	timeout     time.Duration // Options.DecisionTimeout: a statement's deadline once sent
 	clock       batchClock
+	// recent are how long the database took over its latest answers
+	// (statements and progress questions); see progress.go.
+	recent answerTimes
 
 	mu        sync.Mutex
 	queue     []*call
 	inFlight  int
 	gathering int           // drains waiting in gather
 	full      chan struct{} // wakes gathering drains when the queue is full
+	// overdue counts the statements in flight that have passed their
+	// deadline; late is closed while it is above zero, and made anew when
+	// it falls back to zero.
+	overdue int
+	late    chan struct{}
 	// base is the context every statement runs under (bounded by
 	// StatementTimeout); abort cancels it and makes a new one.
 	base   context.Context
@@ -162,14 +187,16 @@ type wallClock struct{}
 func (wallClock) Now() time.Time                         { return time.Now() }
 func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-func newBatcher(maxInFlight, maxBatch, maxQueued int, wait time.Duration) *batcher {
+func newBatcher(maxInFlight, maxBatch, maxQueued int, wait, timeout time.Duration) *batcher {
 	b := &batcher{
 		maxInFlight: maxInFlight,
 		maxBatch:    maxBatch,
 		maxQueued:   maxQueued,
 		wait:        wait,
+		timeout:     timeout,
 		clock:       wallClock{},
 		full:        make(chan struct{}, maxInFlight),
+		late:        make(chan struct{}),
 	}
 	b.base, b.cancel = context.WithCancel(context.Background())
 	return b
@@ -192,10 +219,70 @@ func (b *batcher) abort() {
 	b.base, b.cancel = context.WithCancel(context.Background())
 }
 
+// inFlight is one statement on its way: sent, and not answered yet.
+type inFlight struct {
+	sent     time.Time
+	pid      atomic.Uint32 // its connection's server process, once it has one
+	timer    *time.Timer   // fires at the deadline; nil without one
+	done     chan struct{} // closed when it is answered
+	answered bool          // guarded by the batcher's mu
+	late     bool          // it passed its deadline unanswered; guarded by mu
+}
+
+// send starts the deadline of a statement about to be sent: when it
+// passes unanswered, watch decides whether the database is still answering
+// (see Store.watch).
+func (b *batcher) send(watch func(*inFlight)) *inFlight {
+	st := &inFlight{sent: time.Now(), done: make(chan struct{})}
+	if b.timeout > 0 {
+		st.timer = time.AfterFunc(b.timeout, func() { watch(st) })
+	}
+	return st
+}
+
+// miss marks st overdue, unless it was answered meanwhile: every decision
+// waiting on the batcher fails (see the top of this file).
+func (b *batcher) miss(st *inFlight) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st.answered {
+		return
+	}
+	st.late = true
+	if b.overdue++; b.overdue == 1 {
+		close(b.late)
+	}
+}
+
+// answered ends st's deadline: the database answered it, in time or late,
+// or it failed (ok false; then its time says nothing of the database's
+// answers).
+func (b *batcher) answered(st *inFlight, ok bool) {
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	if ok {
+		b.recent.add(time.Since(st.sent))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st.answered = true
+	close(st.done)
+	if st.late {
+		if b.overdue--; b.overdue == 0 {
+			b.late = make(chan struct{})
+		}
+	}
+}
+
 // errQueueFull is the error of a decision that found MaxQueued decisions
-// already waiting: the database is not keeping up, and waiting longer
-// would only miss the deadline. It counts as a timeout.
-var errQueueFull = &faultError{kind: limiter.ErrorTimeout, err: errors.New("postgres decide: too many decisions are waiting for the database")}
+// already waiting: the gateway's own overload, not the database's fault.
+var errQueueFull = &faultError{kind: limiter.ErrorOverload, err: errors.New("postgres decide: the queue of decisions waiting for the database is full (MaxQueued)")}
+
+// errLate is the error of a decision that waited on a statement (its own,
+// or one ahead of it in the queue) that the database has not answered
+// within the decision deadline, or that arrived while one was overdue.
+var errLate = &faultError{kind: limiter.ErrorTimeout, err: errors.New("postgres decide: the database has not answered a statement within the decision deadline (SLUICE_DB_TIMEOUT)")}
 
 // decideBatched is Decide through the batcher, with the lease requests io
 // (nil: none), which it fills with the answers. It also returns the
@@ -204,21 +291,27 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 	if err := ctx.Err(); err != nil {
 		return false, 0, time.Time{}, decideErr(err)
 	}
-	c, ok := s.enqueueCall(checks, io, nil)
-	if !ok {
-		return false, 0, time.Time{}, errQueueFull
+	c, late, err := s.enqueueCall(checks, io, nil)
+	if err != nil {
+		return false, 0, time.Time{}, err
 	}
 
+	var gaveUp error
 	select {
 	case <-c.done:
 	case <-ctx.Done():
+		gaveUp = decideErr(ctx.Err())
+	case <-late:
+		gaveUp = errLate
+	}
+	if gaveUp != nil {
 		if c.state.CompareAndSwap(callQueued, callAbandoned) ||
 			c.state.CompareAndSwap(callTaken, callAbandoned) {
 			// Still queued: it will never be sent. Or in a statement
 			// already: the statement decides it anyway (and its grants
 			// are lost: counted, never spent). Either way the drain that
 			// meets it recycles it.
-			return false, 0, time.Time{}, decideErr(ctx.Err())
+			return false, 0, time.Time{}, gaveUp
 		}
 		<-c.done // callDone: the answer is there, take it
 	}
@@ -229,27 +322,123 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 	return allowed, nowUS, sent, err
 }
 
-// enqueueRenewal queues a background lease renewal for check c asking for
-// io, whose answer goes to onDone. It reports false when the queue is
-// full.
+// renewGather is how long a background lease renewal waits for others to
+// join it before they are queued together, so that they share statements:
+// the renewals of many quiet keys, each due every few seconds, otherwise
+// go one to four per transaction, each transaction a durable commit. A
+// renewal is asked for while half of a lease is left, which lasts far
+// longer than this for any key that is not hot.
+const renewGather = 20 * time.Millisecond
+
+// renewals are the background lease renewals gathering (see renewGather).
+type renewals struct {
+	mu      sync.Mutex
+	pending []renewal
+	armed   bool // a flush is due
+}
+
+type renewal struct {
+	check  limiter.Check
+	io     leaseIO
+	onDone func(*call)
+}
+
+// enqueueRenewal gathers a background lease renewal for check c asking
+// for io, whose answer goes to onDone. It reports false when too many
+// wait already.
 func (s *Store) enqueueRenewal(c limiter.Check, io leaseIO, onDone func(*call)) bool {
-	_, ok := s.enqueueCall([]limiter.Check{c}, []leaseIO{io}, func(cl *call) {
-		cl.renewal = true
-		cl.onDone = onDone
-	})
-	return ok
+	if c.Rule.Algorithm != policy.Fixed {
+		// A renewal's phantom request is counted when it is sent: in a
+		// reset window it can be the request that starts the window, and
+		// in a sliding one it lands in the bucket of that moment. Only a
+		// fixed window, which the epoch starts, lets it wait.
+		_, _, err := s.enqueueCall([]limiter.Check{c}, []leaseIO{io}, func(cl *call) {
+			cl.renewal = true
+			cl.onDone = onDone
+		})
+		return err == nil
+	}
+	r := &s.renewals
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) >= s.batch.maxQueued {
+		return false
+	}
+	r.pending = append(r.pending, renewal{c, io, onDone})
+	if !r.armed {
+		r.armed = true
+		time.AfterFunc(renewGather, s.flushRenewals)
+	}
+	return true
+}
+
+// flushRenewals queues the gathered renewals at once, so that a drain
+// takes them into as few statements as maxBatch allows. A renewal the
+// queue has no room for is answered with the error at once (its lease
+// stops asking, and asks again on its next request).
+func (s *Store) flushRenewals() {
+	r := &s.renewals
+	r.mu.Lock()
+	pending := r.pending
+	r.pending, r.armed = nil, false
+	if len(pending) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	b := s.batch
+	var refused []*call
+	// Both locks, r.mu first (as BatchStats takes them): a renewal is
+	// always in one of the two queues until a statement takes it.
+	b.mu.Lock()
+	now := b.clock.Now()
+	for _, rn := range pending {
+		c := newCall([]limiter.Check{rn.check}, []leaseIO{rn.io}, now)
+		c.renewal, c.onDone = true, rn.onDone
+		if b.overdue > 0 || len(b.queue) >= b.maxQueued {
+			c.err = errQueueFull
+			refused = append(refused, c)
+			continue
+		}
+		b.queue = append(b.queue, c)
+	}
+	starts := 0
+	for queued := len(b.queue); queued > 0 && b.inFlight < b.maxInFlight; queued -= b.maxBatch {
+		b.inFlight++
+		starts++
+	}
+	if b.gathering > 0 && len(b.queue) >= b.maxBatch {
+		for ; b.gathering > 0; b.gathering-- {
+			b.full <- struct{}{} // room for every drain: never blocks
+		}
+	}
+	b.mu.Unlock()
+	r.mu.Unlock()
+	for range starts {
+		b.drains.Go(s.drain)
+	}
+	for _, c := range refused {
+		c.onDone(c)
+		c.recycle()
+	}
 }
 
 // enqueueCall queues a call for checks and io, set up by prepare (if not
 // nil) before any drain can see it, and starts a drain when a slot is
-// free. It reports false, queuing nothing, when the queue is full.
-func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*call)) (*call, bool) {
+// free. It also returns the channel that is closed when a statement in
+// flight passes its deadline. It queues nothing, and returns errQueueFull,
+// when the queue is full, or errLate while a statement is overdue.
+func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*call)) (*call, <-chan struct{}, error) {
 	b := s.batch
 	b.mu.Lock()
+	if b.overdue > 0 {
+		b.mu.Unlock()
+		return nil, nil, errLate
+	}
 	if len(b.queue) >= b.maxQueued {
 		b.mu.Unlock()
-		return nil, false
+		return nil, nil, errQueueFull
 	}
+	late := b.late
 	c := newCall(checks, io, b.clock.Now())
 	if prepare != nil {
 		prepare(c)
@@ -268,7 +457,7 @@ func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*
 	if start {
 		b.drains.Go(s.drain)
 	}
-	return c, true
+	return c, late, nil
 }
 
 // drain decides queued calls, a batch per statement, until the queue is
@@ -297,7 +486,9 @@ func (s *Store) drain() {
 			ds = append(ds, Decision{Checks: c.checks, Results: c.results, Leases: c.leases, Renewal: c.renewal})
 		}
 		ctx, cancel := s.batch.statementContext(s.opts.StatementTimeout)
-		err := s.run(ctx, ds, false)
+		st := s.batch.send(s.watch)
+		err := s.runWatched(ctx, ds, false, st)
+		s.batch.answered(st, err == nil)
 		var be *errBuild
 		if errors.As(err, &be) && len(ds) > 1 {
 			// One malformed decision must not fail the others.
@@ -420,9 +611,12 @@ type BatchStats struct {
 func (s *Store) BatchStats() BatchStats {
 	st := BatchStats{Decisions: s.nDecisions.Load(), Statements: s.nStatements.Load()}
 	if b := s.batch; b != nil {
+		s.renewals.mu.Lock()
 		b.mu.Lock()
 		st.InFlight, st.Queued, st.Gathering = b.inFlight, len(b.queue), b.gathering
+		st.Queued += len(s.renewals.pending) // gathering renewals wait too
 		b.mu.Unlock()
+		s.renewals.mu.Unlock()
 	}
 	return st
 }
@@ -490,8 +684,9 @@ func (s *Store) LeaseStats() LeaseStats {
 // sluice_lease_decisions_total (decisions answered from leased units,
 // without the database), sluice_lease_grants_total and
 // sluice_lease_units_granted_total, sluice_lease_units_returned_total,
-// sluice_lease_returns_lost_total, sluice_lease_counters and
-// sluice_lease_units_held.
+// sluice_lease_recall_waits_total (provisional denials asked again once
+// recalled units were back), sluice_lease_returns_lost_total,
+// sluice_lease_counters and sluice_lease_units_held.
 func (s *Store) LeaseCollectors() []prometheus.Collector {
 	counter := func(name, help string, f func(LeaseStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
@@ -510,6 +705,10 @@ func (s *Store) LeaseCollectors() []prometheus.Collector {
 			func(st LeaseStats) uint64 { return st.UnitsGranted }),
 		counter("sluice_lease_units_returned_total", "Leased units given back unspent.",
 			func(st LeaseStats) uint64 { return st.UnitsReturned }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_lease_recall_waits_total",
+			Help: "Times a decision denied while other gateways held units of its counter waited for them to be given back and asked again.",
+		}, func() float64 { return float64(s.recalled.Load()) }),
 		counter("sluice_lease_returns_lost_total", "Leases whose unspent units could not be given back; they stay counted until their windows end.",
 			func(st LeaseStats) uint64 { return st.ReturnsLost }),
 		gauge("sluice_lease_counters", "Counters this gateway keeps lease state for.",

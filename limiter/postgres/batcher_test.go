@@ -625,8 +625,8 @@ func TestAsynchronousCommit(t *testing.T) {
 			var remaining, resetUS, retryUS, granted []int64
 			var held []bool
 			if err := tx.QueryRow(ctx, postgres.DecideSQL(s), nil, false,
-				[]string{"r"}, []string{"k"}, []int16{0}, []int64{10}, []int64{60_000_000}, []int64{0}, []int64{0},
-				[]int32{0}, []int32{1}, []int64{1}, []bool{false}, []bool{false}, []int64{0}, []int64{0}, []int64{0},
+				[]string{"r"}, []string{"k"}, []int16{0}, []int64{10}, []int64{60_000_000}, []int64{0}, []int64{0}, []int64{0, 0, 0, 0},
+				[]int32{0}, []int32{1}, []int64{1}, []bool{false}, []bool{false}, []int64{0}, []int64{0}, []int64{0}, []bool{false}, []int64{-1},
 			).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS, &granted, &held); err != nil {
 				t.Fatal(err)
 			}
@@ -668,8 +668,8 @@ func TestDecideUsesPrimaryKey(t *testing.T) {
 		var held []bool
 		if err := tx.QueryRow(ctx, postgres.DecideSQL(s), nil, false,
 			[]string{"r", "r"}, []string{key, key + "2"}, []int16{0, 0}, []int64{10, 10}, []int64{60_000_000, 60_000_000},
-			[]int64{0, 0}, []int64{0, 0}, []int32{0, 0}, []int32{1, 2}, []int64{1, 1}, []bool{false, false}, []bool{false, false},
-			[]int64{0, 0}, []int64{0, 0}, []int64{0, 0},
+			[]int64{0, 0}, []int64{0, 0}, make([]int64, 8), []int32{0, 0}, []int32{1, 2}, []int64{1, 1}, []bool{false, false}, []bool{false, false},
+			[]int64{0, 0}, []int64{0, 0}, []int64{0, 0}, []bool{false, false}, []int64{-1, -1},
 		).Scan(&nowUS, &allowed, &remaining, &resetUS, &retryUS, &granted, &held); err != nil {
 			t.Fatal(err)
 		}

@@ -216,6 +216,12 @@ func BenchmarkDecideBatch(b *testing.B) {
 			})
 		}
 	}
+	// A burst: every decision of the batch on one key.
+	for _, size := range []int{1, 32, 256} {
+		b.Run(fmt.Sprintf("commit=sync/hot/size=%d", size), func(b *testing.B) {
+			benchmarkDecideBatch(b, ip, keys[:1], size, false)
+		})
+	}
 }
 
 func benchmarkDecideBatch(b *testing.B, ip *policy.Rule, keys []string, size int, async bool) {

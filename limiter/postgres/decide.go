@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,10 @@ type Decision struct {
 	// Renewal marks a decision made only to lease (lease.go): its checks
 	// are phantom requests that never count as count=all.
 	Renewal bool
+	// Settlements, when not nil, makes the decision a settlement of
+	// charges instead (limiter.Settler): one per check, in the order of
+	// Checks.
+	Settlements []limiter.Settlement
 	// Allowed is the combined verdict, as limiter.Allowed computes it.
 	Allowed bool
 	// NowUS is the database's clock at the decision (µs).
@@ -57,9 +62,11 @@ func (s *Store) Decide(ctx context.Context, checks []limiter.Check, results []li
 		return true, nil
 	}
 	if s.leases != nil {
-		return s.decideLeased(ctx, checks, results)
+		return s.decideRecalling(ctx, checks, results, s.decideLeased)
 	}
-	return s.decideRemote(ctx, checks, results, nil)
+	return s.decideRecalling(ctx, checks, results, func(ctx context.Context, checks []limiter.Check, results []limiter.Result) (bool, error) {
+		return s.decideRemote(ctx, checks, results, nil)
+	})
 }
 
 // decideErr wraps an error of a decision that never reached run.
@@ -81,10 +88,91 @@ func (e *errBuild) Unwrap() error { return e.err }
 func (s *Store) Peek(ctx context.Context, c limiter.Check) (limiter.Result, error) {
 	var res [1]limiter.Result
 	d := [1]Decision{{Checks: []limiter.Check{c}, Results: res[:]}}
-	if err := s.run(ctx, d[:], true); err != nil {
-		return limiter.Result{}, err
+	if s.leases == nil {
+		err := s.run(ctx, d[:], true)
+		return res[0], err
+	}
+	p := s.overrides.Load().params(c.Rule, c.Key)
+	if !mayLease(c.Rule.Algorithm, p) {
+		err := s.run(ctx, d[:], true)
+		return res[0], err
+	}
+	// Leased units are counted in the database as soon as they are
+	// granted. Those this gateway has not spent are room; those other
+	// gateways hold are recalled (as a provisional denial recalls them),
+	// and the counter read again once they are back, so that a Peek reads
+	// what requests used.
+	var own int64
+	for attempt := 0; ; attempt++ {
+		var granted int64
+		var err error
+		if own, granted, err = s.peekLeased(ctx, d[:]); err != nil {
+			return limiter.Result{}, err
+		}
+		mark := peekMark(c.Rule.Algorithm, p, res[0], d[0].NowUS)
+		others, err := s.othersHold(ctx, c, mark, granted)
+		if err != nil || !others || attempt == 2 {
+			break
+		}
+		back := s.recall.wait(slotKey{c.Rule.Name, c.Key})
+		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", leaseChannel,
+			strings.Join([]string{pgx.Identifier{s.schema}.Sanitize(), "r", c.Rule.Name, c.Key}, "\x1f")); err != nil {
+			break
+		}
+		t := time.NewTimer(recallWait / 2)
+		select {
+		case <-back:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	if own > 0 {
+		res[0].Remaining = min(res[0].Limit, res[0].Remaining+own)
+		res[0].Count = max(0, res[0].Count-own)
 	}
 	return res[0], nil
+}
+
+// peekLeased reads d's one counter and the units of it this gateway holds
+// unspent (own) and was granted, as of one moment: a grant that lands between the two readings
+// would count units the counter, as read, did not hold yet, so the reading
+// is taken again until no grant or return came between (spending only
+// lowers what is held, which never makes the count too low).
+func (s *Store) peekLeased(ctx context.Context, d []Decision) (own, granted int64, err error) {
+	c := d[0].Checks[0]
+	k := slotKey{c.Rule.Name, c.Key}
+	p := s.overrides.Load().params(c.Rule, c.Key)
+	for attempt := 0; ; attempt++ {
+		before := s.leases.version(k)
+		if err := s.run(ctx, d, true); err != nil {
+			return 0, 0, err
+		}
+		own, granted = s.leases.unspent(c, peekMark(c.Rule.Algorithm, p, d[0].Results[0], d[0].NowUS))
+		if s.leases.version(k) == before {
+			return own, granted, nil
+		}
+		if attempt == 9 {
+			// A counter renewed faster than it can be read: report none
+			// held unspent, a count too high rather than too low.
+			return 0, granted, nil
+		}
+	}
+}
+
+// othersHold reports whether gateways other than this one hold units of
+// c's counter under mark (this one was granted own of them).
+func (s *Store) othersHold(ctx context.Context, c limiter.Check, mark, own int64) (bool, error) {
+	var leased, leaseMark int64
+	err := s.pool.QueryRow(ctx, "SELECT leased, lease_mark FROM "+pgx.Identifier{s.schema, "counters"}.Sanitize()+
+		" WHERE rule = $1 AND key = $2", c.Rule.Name, c.Key).Scan(&leased, &leaseMark)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return leaseMark == mark && leased > own, nil
 }
 
 // run sends ds to the database, retrying when decide gave up on counters
@@ -94,9 +182,16 @@ func (s *Store) Peek(ctx context.Context, c limiter.Check) (limiter.Result, erro
 // connectionLost). A second lost connection trips the breaker: the
 // database is gone, not one connection.
 func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
+	return s.runWatched(ctx, ds, peek, nil)
+}
+
+// runWatched is run for a statement whose deadline st watches (nil: none):
+// st learns the server process of each connection the statement is sent
+// on.
+func (s *Store) runWatched(ctx context.Context, ds []Decision, peek bool, st *inFlight) error {
 	b := batchPool.Get().(*batch)
 	defer b.release()
-	n, err := b.build(ds, s.overrides.Load())
+	n, err := b.build(ds, s.overrides.Load(), s.localNow())
 	if err != nil {
 		return fmt.Errorf("postgres decide: %w", &errBuild{err})
 	}
@@ -122,7 +217,7 @@ func (s *Store) run(ctx context.Context, ds []Decision, peek bool) error {
 			us := sent.UnixMicro()
 			now = &us
 		}
-		err = s.query(ctx, b, peek, now)
+		err = s.query(ctx, b, peek, now, st)
 		if err == nil || ctx.Err() != nil || errors.Is(err, errUncertain) {
 			break
 		}
@@ -167,16 +262,20 @@ var errUncertain = errors.New("the commit's outcome is unknown (a wait for a syn
 // WARNING since it was last cleared (see ConfigurePool).
 const warnedKey = "sluice.warned"
 
-// query runs the built batch's decide statement on a pooled connection, at
-// now (nil: the database clock; see nowParam), and
+// query runs the built batch's decide statement on a pooled connection
+// (telling st its server process, when st is not nil), at now (nil: the
+// database clock; see nowParam), and
 // reports the outcome as uncertain (errUncertain) when the server warned
 // while it ran or ctx ended meanwhile (see errUncertain).
-func (s *Store) query(ctx context.Context, b *batch, peek bool, now *int64) error {
+func (s *Store) query(ctx context.Context, b *batch, peek bool, now *int64, st *inFlight) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
+	if st != nil {
+		st.pid.Store(conn.Conn().PgConn().PID())
+	}
 	data := conn.Conn().PgConn().CustomData()
 	delete(data, warnedKey)
 	err = b.query(ctx, conn, s.q.decide, now, peek)
@@ -225,11 +324,14 @@ type batch struct {
 	sRule, sKey                      []string
 	sAlg                             []int16
 	sLimit, sWindow, sBucket, sBurst []int64
+	sBounds                          []int64 // four per slot
 	// Checks, in the order of the decisions and their checks.
 	cDecision, cSlot     []int32
 	cCost                []int64
 	cCountAll, cShadow   []bool
 	cLease, cHeld, cMark []int64
+	cRenewal             []bool
+	cSettle              []int64
 	params               []limiter.Params // per slot
 	// Answers.
 	nowUS                       int64
@@ -278,12 +380,14 @@ func clear0(s []string) []string {
 }
 
 // build fills the slot and check arrays from ds and returns the number of
-// checks. Overrides come from ov.
-func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
+// checks. Overrides come from ov; now, the gateway's clock, places the
+// periods of calendar windows (see decide_function.sql's s_bounds).
+func (b *batch) build(ds []Decision, ov *overrideSet, now time.Time) (int, error) {
 	b.raw = b.raw[:0]
 	b.slot = b.slot[:0]
 	b.cDecision, b.cCost, b.cCountAll, b.cShadow = b.cDecision[:0], b.cCost[:0], b.cCountAll[:0], b.cShadow[:0]
-	b.cLease, b.cHeld, b.cMark = b.cLease[:0], b.cHeld[:0], b.cMark[:0]
+	b.cLease, b.cHeld, b.cMark, b.cRenewal = b.cLease[:0], b.cHeld[:0], b.cMark[:0], b.cRenewal[:0]
+	b.cSettle = b.cSettle[:0]
 	total := 0
 	for _, d := range ds {
 		if len(d.Results) != len(d.Checks) {
@@ -298,6 +402,9 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 	for di, d := range ds {
 		if d.Leases != nil && len(d.Leases) != len(d.Checks) {
 			return 0, fmt.Errorf("%d lease entries for %d checks", len(d.Leases), len(d.Checks))
+		}
+		if d.Settlements != nil && (len(d.Settlements) != len(d.Checks) || d.Leases != nil) {
+			return 0, fmt.Errorf("%d settlements for %d checks", len(d.Settlements), len(d.Checks))
 		}
 		for ci, c := range d.Checks {
 			if c.Rule == nil {
@@ -339,9 +446,18 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 			if d.Leases != nil {
 				l = d.Leases[ci]
 			}
+			settle := int64(-1)
+			if d.Settlements != nil {
+				st := &d.Settlements[ci]
+				settle = st.Reserved
+				b.cCost[len(b.cCost)-1] = st.Charge
+				l.mark = st.Admitted.UnixMicro()
+			}
 			b.cLease = append(b.cLease, l.want)
 			b.cHeld = append(b.cHeld, l.held)
 			b.cMark = append(b.cMark, l.mark)
+			b.cRenewal = append(b.cRenewal, d.Renewal)
+			b.cSettle = append(b.cSettle, settle)
 		}
 	}
 
@@ -361,6 +477,7 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 	b.rank = slices.Grow(b.rank[:0], ns)[:ns]
 	b.sRule, b.sKey, b.sAlg = b.sRule[:0], b.sKey[:0], b.sAlg[:0]
 	b.sLimit, b.sWindow, b.sBucket, b.sBurst = b.sLimit[:0], b.sWindow[:0], b.sBucket[:0], b.sBurst[:0]
+	b.sBounds = b.sBounds[:0]
 	b.params = b.params[:0]
 	for pos, i := range b.order {
 		r := &b.raw[i]
@@ -372,6 +489,7 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 		b.sWindow = append(b.sWindow, r.p.Window.Microseconds())
 		b.sBucket = append(b.sBucket, r.p.Bucket.Microseconds())
 		b.sBurst = append(b.sBurst, r.p.Burst)
+		b.sBounds = appendBounds(b.sBounds, &r.p, now)
 		b.params = append(b.params, r.p)
 	}
 	b.cSlot = b.cSlot[:0]
@@ -379,6 +497,19 @@ func (b *batch) build(ds []Decision, ov *overrideSet) (int, error) {
 		b.cSlot = append(b.cSlot, b.rank[idx])
 	}
 	return len(b.slot), nil
+}
+
+// appendBounds appends a slot's four s_bounds: for a calendar window, the
+// starts of the period before the one that holds now, of that one, of the
+// next and of the one after; zeros for any other window.
+func appendBounds(bounds []int64, p *limiter.Params, now time.Time) []int64 {
+	if p.Calendar == nil {
+		return append(bounds, 0, 0, 0, 0)
+	}
+	b1, b2 := p.Period(now.UnixMicro())
+	b0, _ := p.Period(b1 - 1)
+	_, b3 := p.Period(b2)
+	return append(bounds, b0, b1, b2, b3)
 }
 
 // querier is what a decide statement runs on: the pool, a connection or a
@@ -392,9 +523,9 @@ type querier interface {
 func (b *batch) query(ctx context.Context, q querier, sql string, now *int64, peek bool) error {
 	err := q.QueryRow(ctx, sql,
 		now, peek,
-		b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst,
+		b.sRule, b.sKey, b.sAlg, b.sLimit, b.sWindow, b.sBucket, b.sBurst, b.sBounds,
 		b.cDecision, b.cSlot, b.cCost, b.cCountAll, b.cShadow,
-		b.cLease, b.cHeld, b.cMark,
+		b.cLease, b.cHeld, b.cMark, b.cRenewal, b.cSettle,
 	).Scan(&b.nowUS, &b.allowed, &b.remaining, &b.resetUS, &b.retryUS, &b.granted, &b.held)
 	if err != nil {
 		return err
@@ -414,11 +545,17 @@ func (b *batch) fill(ds []Decision) {
 		for j := range d.Checks {
 			p := &b.params[b.cSlot[q]-1]
 			reset := b.resetUS[q]
+			window := p.Window
+			if p.Calendar != nil {
+				start, _ := p.Period(reset - 1)
+				window = time.Duration(reset-start) * time.Microsecond
+			}
 			d.Results[j] = limiter.Result{
 				Allowed:    b.allowed[q],
 				Limit:      p.Limit,
-				Window:     p.Window,
+				Window:     window,
 				Remaining:  max(0, b.remaining[q]),
+				Count:      max(0, p.Limit-b.remaining[q]),
 				Reset:      time.UnixMicro(reset).UTC(),
 				ResetAfter: time.Duration(max(0, reset-b.nowUS)) * time.Microsecond,
 				RetryAfter: time.Duration(max(0, b.retryUS[q])) * time.Microsecond,
@@ -434,4 +571,32 @@ func (b *batch) fill(ds []Decision) {
 		d.Allowed = limiter.Allowed(d.Checks, d.Results)
 		d.NowUS = b.nowUS
 	}
+}
+
+// Settle settles charges (limiter.Settler) in one statement of their own,
+// with the durability of a decision: a statement whose commit is uncertain
+// is an error, and the limiter keeps the settlements to send again (a
+// charge is then counted twice rather than lost).
+func (s *Store) Settle(ctx context.Context, ss []limiter.Settlement) error {
+	if err := limiter.ValidateSettlements(ss); err != nil {
+		return fmt.Errorf("postgres settle: %w", err)
+	}
+	if len(ss) == 0 {
+		return nil
+	}
+	checks := make([]limiter.Check, len(ss))
+	for i := range ss {
+		checks[i] = ss[i].Check
+	}
+	d := [1]Decision{{Checks: checks, Results: make([]limiter.Result, len(ss)), Settlements: ss}}
+	if err := s.run(ctx, d[:], false); err != nil {
+		return err
+	}
+	for _, st := range ss {
+		if st.Charge < st.Reserved {
+			// Room came back: a denial remembered before it is stale.
+			s.forget(st.Check.Rule.Name, st.Check.Key, time.UnixMicro(d[0].NowUS))
+		}
+	}
+	return nil
 }

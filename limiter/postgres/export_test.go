@@ -61,3 +61,16 @@ func SettleLeases(ctx context.Context, s *Store, now time.Time) error {
 // DropLeases forgets every lease of s without giving anything back, as a
 // gateway that dies does.
 func DropLeases(s *Store) { s.leases.dropAll(false) }
+
+// RecallWaits is how many times a provisional denial was asked again.
+func (s *Store) RecallWaits() uint64 { return s.recalled.Load() }
+
+// QuestionBudget is the progress question's budget after answers that
+// took recent, with floor (progress.go).
+func QuestionBudget(recent []time.Duration, floor time.Duration) time.Duration {
+	var a answerTimes
+	for _, d := range recent {
+		a.add(d)
+	}
+	return a.budget(floor)
+}

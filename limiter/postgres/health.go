@@ -204,7 +204,7 @@ func (s *Store) probeCommit(ctx context.Context, conn *pgxpool.Conn) error {
 	defer b.release()
 	var res [1]limiter.Result
 	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
-	if _, err := b.build(d[:], emptyOverrides); err != nil {
+	if _, err := b.build(d[:], emptyOverrides, time.Now()); err != nil {
 		return err
 	}
 	if err := b.query(ctx, conn, s.q.decide, nil, false); err != nil {
@@ -231,7 +231,7 @@ func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.
 	defer b.release()
 	var res [1]limiter.Result
 	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
-	if _, err := b.build(d[:], emptyOverrides); err != nil {
+	if _, err := b.build(d[:], emptyOverrides, time.Now()); err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)

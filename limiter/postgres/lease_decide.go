@@ -78,7 +78,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		l := sh.m[k]
 		if l == nil {
 			pp := ov.params(c.Rule, c.Key)
-			if !mayLease(c.Rule.Algorithm, pp) || t.n.Load() >= t.max {
+			if !mayLease(c.Rule.Algorithm, pp) || c.Rule.Charge != nil || t.n.Load() >= t.max {
 				all = false
 				continue
 			}
@@ -195,10 +195,18 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		if err == nil {
 			results[i] = subRes[j]
 			if l != nil {
-				t.merge(k, l, c, &subRes[j], subIO[j].granted, 0, p.asked[i], nowUS, sent)
+				t.merge(k, l, c, &subRes[j], subIO[j].granted, p.asked[i], nowUS, sent)
 				if l.live(now) && l.rule == c.Rule {
-					// The room left includes the units this gateway holds.
+					// The room left includes the units this gateway holds,
+					// and the count leaves them out.
 					results[i].Remaining += l.left
+					results[i].Count = max(0, results[i].Count-l.left)
+					if results[i].Remaining > 0 {
+						// Within the limit the count is what the room
+						// says: units of a renewal on its way are counted
+						// in the database but not yet held here.
+						results[i].Count = results[i].Limit - results[i].Remaining
+					}
 				}
 			}
 		}
@@ -231,6 +239,7 @@ func (l *lease) result(now time.Time) limiter.Result {
 		Limit:      l.p.Limit,
 		Window:     l.p.Window,
 		Remaining:  max(0, l.room+l.left),
+		Count:      max(0, l.p.Limit-l.room-l.left),
 		Reset:      time.UnixMicro(l.resetUS).UTC(),
 		ResetAfter: time.Duration(max(0, l.resetUS-dbNow)) * time.Microsecond,
 	}
@@ -286,14 +295,14 @@ func (l *lease) endUS(dbNow int64) int64 {
 }
 
 // merge records the database's answer res for check c on l (the caller
-// holds its shard): g units granted beyond the request (plus phantom, the
-// cost of a renewal's phantom request, when it was allowed), at the
+// holds its shard): g units granted beyond the request (for an allowed
+// renewal, its phantom request's cost included), at the
 // database's nowUS; sent is the local instant the decision was started,
 // before the database read its clock, so that the lease ends no later than
 // its window does on the database's clock. asked says whether the decision
 // asked for units: one that asked and got none marks the lease dry until
 // its window (or bucket) ends.
-func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Result, g, phantom int64, asked bool, nowUS int64, sent time.Time) {
+func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Result, g int64, asked bool, nowUS int64, sent time.Time) {
 	if l.rule != c.Rule {
 		return // the rule changed meanwhile; its next request settles it
 	}
@@ -318,7 +327,7 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 	} else {
 		l.room = res.Remaining
 	}
-	got := g + phantom
+	got := g
 	if got <= 0 {
 		if asked {
 			l.dryUntil = until
@@ -370,11 +379,9 @@ func (s *Store) renew(c limiter.Check, io leaseIO) {
 		if cl.err != nil {
 			return
 		}
-		phantom := int64(0)
-		if cl.allowed {
-			phantom = max(1, c.Rule.Cost)
-		}
-		t.merge(k, l, c, &cl.results[0], cl.leases[0].granted, phantom, true, cl.nowUS, cl.sent)
+		// An allowed renewal's grant includes its phantom request's cost
+		// (decide_function.sql: c_renewal).
+		t.merge(k, l, c, &cl.results[0], cl.leases[0].granted, true, cl.nowUS, cl.sent)
 	}
 	if !s.ready() || !s.enqueueRenewal(c, io, done) {
 		t := s.leases
@@ -429,7 +436,15 @@ const (
 func (s *Store) runLeases(ctx context.Context) {
 	failing := newStateLog(s.log, "returning leased units")
 	lastSweep := time.Now()
-	for sleep(ctx, returnInterval) {
+	t := time.NewTicker(returnInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.recall.kick: // a recall: give back at once
+		}
 		if now := s.localNow(); now.Sub(lastSweep) >= sweepInterval {
 			s.leases.sweep(now, leaseIdle)
 			lastSweep = now

@@ -31,9 +31,11 @@ func TestPlansOutliveAnEmptyTable(t *testing.T) {
 		array_fill('r'::text, ARRAY[$2::int]), $1::text[], array_fill(0::smallint, ARRAY[$2::int]),
 		array_fill(100::bigint, ARRAY[$2::int]), array_fill(3600000000::bigint, ARRAY[$2::int]),
 		array_fill(0::bigint, ARRAY[$2::int]), array_fill(0::bigint, ARRAY[$2::int]),
+		array_fill(0::bigint, ARRAY[4 * $2::int]),
 		ARRAY(SELECT generate_series(1, $2::int)), ARRAY(SELECT generate_series(1, $2::int)),
 		array_fill(1::bigint, ARRAY[$2::int]), array_fill(false, ARRAY[$2::int]), array_fill(false, ARRAY[$2::int]),
-		array_fill(0::bigint, ARRAY[$2::int]), array_fill(0::bigint, ARRAY[$2::int]), array_fill(0::bigint, ARRAY[$2::int]))`,
+		array_fill(0::bigint, ARRAY[$2::int]), array_fill(0::bigint, ARRAY[$2::int]), array_fill(0::bigint, ARRAY[$2::int]),
+		array_fill(false, ARRAY[$2::int]), array_fill(-1::bigint, ARRAY[$2::int]))`,
 		pgx.Identifier{db.Schema}.Sanitize())
 	// fetched runs decide for keys (sorted, as callers send them) in a
 	// transaction that it rolls back, and returns how many index entries

@@ -46,7 +46,14 @@ import (
 	"github.com/sluicehq/sluice/migrations"
 )
 
-var _ limiter.Store = (*Store)(nil)
+var _ limiter.SelfTimed = (*Store)(nil)
+
+// TimesItself reports whether the Store holds each statement to
+// DecisionTimeout from the moment it is sent (batcher.go), so that the
+// limiter gives its decisions no deadline of their own: when it batches.
+// Unbatched, nothing queues, and the limiter's deadline bounds each
+// decision as before.
+func (s *Store) TimesItself() bool { return s.batch != nil }
 
 //go:embed sql/*.sql
 var queryFiles embed.FS
@@ -122,8 +129,11 @@ type Options struct {
 	// limiter. Nil: no breaker; the store is used as it is (tests call
 	// Probe themselves).
 	Breaker *limiter.CircuitBreaker
-	// DecisionTimeout is the deadline of one decision (SLUICE_DB_TIMEOUT):
-	// a probe passes only when its decisions meet it. Zero means
+	// DecisionTimeout is the deadline of one decide statement once sent
+	// (SLUICE_DB_TIMEOUT): a decision that waits on a statement the
+	// database has not answered within it fails, while time queued behind
+	// statements that are answered in time never counts (batcher.go). A
+	// probe passes only when its decisions meet it. Zero means
 	// DefaultDecisionTimeout.
 	DecisionTimeout time.Duration
 	// Forget is called for every key whose counter was reset or whose
@@ -166,10 +176,10 @@ type Options struct {
 	// MaxBatch bounds the decisions of one batched statement. Zero means
 	// DefaultMaxBatch.
 	MaxBatch int
-	// MaxQueued bounds the decisions waiting for a statement; a decision
-	// that finds the queue full fails at once (its fail mode applies)
-	// rather than adding to a backlog the database is not keeping up with.
-	// Zero means DefaultMaxQueued.
+	// MaxQueued bounds the decisions waiting for a statement, so that
+	// memory stays flat whatever the burst; a decision that finds the queue
+	// full fails at once with limiter.ErrorOverload (its fail mode applies,
+	// the breaker does not count it). Zero means DefaultMaxQueued.
 	MaxQueued int
 	// BatchWait is how long, at most, a busy batcher lets decisions wait
 	// for company before it sends their statement (see batcher.go); an
@@ -260,6 +270,7 @@ type Store struct {
 	q          queries
 	overrides  atomic.Pointer[overrideSet]
 	batch      *batcher    // nil when Unbatched
+	renewals   renewals    // background lease renewals gathering
 	leases     *leaseTable // nil when Unleased
 	breaker    *limiter.CircuitBreaker
 	forget     func(rule, key string, at time.Time)
@@ -269,13 +280,17 @@ type Store struct {
 	dropLogged atomic.Bool // a stale server's pool drop was logged since the last successful probe
 
 	nDecisions, nStatements atomic.Uint64
+
+	checker  checker       // asks whether a late statement progresses
+	recall   *recalls      // decisions waiting on recalled units
+	recalled atomic.Uint64 // times a provisional denial was asked again
 }
 
 // queries are the statements of queryFiles, written for the Store's schema.
 type queries struct {
 	decide, cleanupLock, cleanup, reset, poll, prune                     string
 	overrideEpoch, overrideLoad, overrideSet, overrideDel, schemaVersion string
-	leaseReturn                                                          string
+	leaseReturn, progress                                                string
 }
 
 // New returns a Store on pool and opts.Schema. It touches nothing: the
@@ -299,6 +314,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		q:          loadQueries(opts.Schema, opts.AsynchronousCommit),
 		breaker:    opts.Breaker,
 		forget:     opts.Forget,
+		recall:     newRecalls(),
 	}
 	if s.forget == nil {
 		s.forget = func(string, string, time.Time) {}
@@ -308,7 +324,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	s.overrides.Store(&overrideSet{generation: -1})
 	if opts.Batching == Batched {
-		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch, opts.MaxQueued, opts.BatchWait)
+		s.batch = newBatcher(opts.MaxInFlight, opts.MaxBatch, opts.MaxQueued, opts.BatchWait, opts.DecisionTimeout)
 	}
 	return s, nil
 }
@@ -338,6 +354,7 @@ func loadQueries(schema string, asyncCommit bool) queries {
 		overrideDel:   loadQuery(schema, "override_delete"),
 		schemaVersion: loadQuery(schema, "schema_version"),
 		leaseReturn:   loadQuery(schema, "lease_return"),
+		progress:      loadQuery(schema, "progress"),
 	}
 }
 
@@ -402,9 +419,13 @@ func (s *Store) Run(ctx context.Context) {
 		wg.Go(func() { s.watchBreaker(ctx) })
 	}
 	wg.Go(func() { s.runPoll(ctx) })
+	if s.batch != nil {
+		wg.Go(func() { s.keepChecker(ctx) })
+	}
 	wg.Go(func() { s.runCleanup(ctx) })
 	if s.leases != nil {
 		wg.Go(func() { s.runLeases(ctx) })
+		wg.Go(func() { s.listen(ctx) })
 	}
 	wg.Wait()
 	if s.batch != nil {

@@ -119,9 +119,18 @@ func logStats(t *testing.T, stores []*postgres.Store) (decisions, statements uin
 // conflicting orders. There must be no error at all (a deadlock would be
 // one) and every count must be exact, batched (where concurrent statements
 // each lock many counters) or not.
+//
+// The modes run in parallel, each in a schema of its own: a mode spends
+// most of its time with its 24 workers queued on one row's lock, which
+// leaves the CPU to the others, and its statements wait as long as a
+// deadlock would take to show (see patient), so a loaded machine slows it
+// without failing it.
 func TestOppositeOrders(t *testing.T) {
 	for _, mode := range batchModes {
-		t.Run(mode.name, func(t *testing.T) { testOppositeOrders(t, mode.name != "unbatched", mode.set) })
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testOppositeOrders(t, mode.name != "unbatched", mode.set)
+		})
 	}
 }
 
@@ -130,8 +139,14 @@ func testOppositeOrders(t *testing.T, batched bool, mode func(*postgres.Options)
 	db := pgtest.New(t)
 	now := newClock(base.Add(time.Hour)).Now
 	stores := make([]*postgres.Store, instances)
+	// What this test looks for is a deadlock or a wrong count, which no
+	// deadline hides (Postgres reports a deadlock after deadlock_timeout,
+	// 1 s). A 50 ms deadline only made it fail on a busy CI machine, where
+	// a statement that waits for its rows behind 24 others can take longer
+	// than the progress question's budget; that is the fault tests' ground.
+	patient := func(o *postgres.Options) { o.DecisionTimeout = 10 * time.Second }
 	for i := range stores {
-		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 8), now, mode)
+		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 8), now, mode, patient)
 	}
 	a := fixed("a", 600, 24*time.Hour) // binds: 600 of 1,000
 	b := token("b", 10_000, 24*time.Hour)
@@ -500,7 +515,11 @@ func TestExecModes(t *testing.T) {
 				t.Fatalf("pool runs in mode %v, want %v", got, want)
 			}
 			clk := newClock(base)
-			s := open(t, db, pool, clk.Now, func(o *postgres.Options) { o.CleanupPause = limiter.Off })
+			// What is under test is that every statement works in the mode,
+			// not how fast: a probe on a loaded CI machine missed 50 ms.
+			s := open(t, db, pool, clk.Now, func(o *postgres.Options) {
+				o.CleanupPause, o.DecisionTimeout = limiter.Off, 10*time.Second
+			})
 			ctx := context.Background()
 			rules := []*policy.Rule{fixed(mode+"-f", 3, time.Minute), sliding(mode+"-s", 3, time.Minute, time.Second),
 				resetRule(mode+"-r", 3, time.Minute), token(mode+"-t", 3, time.Minute)}
@@ -635,14 +654,16 @@ func TestProbeOldDefinition(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "schema_definitions"}.Sanitize()+" SET version = 1 WHERE name = 'decide'"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := postgres.New(db.Pool, postgres.Options{Schema: db.Schema})
+	// Probes that answer, with time for a loaded machine: what is under
+	// test is what they say.
+	s, err := postgres.New(db.Pool, postgres.Options{Schema: db.Schema, DecisionTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Probe(ctx); err == nil || !strings.Contains(err.Error(), "holds version 1 of decide") || !strings.Contains(err.Error(), "run sluice migrate") {
 		t.Fatalf("Probe with an old decide function: %v", err)
 	}
-	m, err := postgres.New(db.Pool, postgres.Options{Schema: db.Schema, Migrate: true})
+	m, err := postgres.New(db.Pool, postgres.Options{Schema: db.Schema, Migrate: true, DecisionTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -754,7 +775,16 @@ func TestNewHotKeyWaits(t *testing.T) {
 	clk := newClock(base)
 	ctx := context.Background()
 	hot := fixed("hot", 10, time.Minute)
-	stores := []*postgres.Store{instance(t, db, clk), instance(t, db, clk), instance(t, db, clk)}
+	// The decisions wait for the creator's commit, which comes once all
+	// three are seen waiting: on a loaded machine that took longer than
+	// the default decision deadline (50 ms), and a decision failed on its
+	// deadline instead of its lock. What is tested is the lock wait, so
+	// the deadline is long.
+	patient := func(o *postgres.Options) { o.DecisionTimeout = 10 * time.Second }
+	var stores []*postgres.Store
+	for range 3 {
+		stores = append(stores, open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now, patient))
+	}
 	// Another gateway is creating the counter: its insert is not committed.
 	tx := counterTx(t, db, "INSERT INTO %s (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')")
 	before := statements(stores...)

@@ -61,6 +61,8 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("RetryAfter", func(t *testing.T) { testRetryAfter(t, newStore) })
 	t.Run("ConcurrentOneKey", func(t *testing.T) { testConcurrentOneKey(t, newStore) })
 	t.Run("ConcurrentOppositeOrders", func(t *testing.T) { testConcurrentOpposite(t, newStore) })
+	t.Run("Calendar", func(t *testing.T) { testCalendar(t, newStore) })
+	t.Run("Charges", func(t *testing.T) { testCharges(t, newStore) })
 }
 
 // Rules are built directly, as the parser would build them. The builders

@@ -12,12 +12,15 @@ FROM {{schema}}.decide(
     $7::bigint[],    --        window µs
     $8::bigint[],    --        bucket µs
     $9::bigint[],    --        burst
-    $10::integer[],  -- checks: decision
-    $11::integer[],  --         slot (1-based)
-    $12::bigint[],   --         cost
-    $13::boolean[],  --         count=all
-    $14::boolean[],  --         shadow
-    $15::bigint[],   --         lease: units asked for
-    $16::bigint[],   --         lease: units this gateway holds
-    $17::bigint[]    --         lease: their mark
+    $10::bigint[],   --        calendar periods' starts, four per slot (µs)
+    $11::integer[],  -- checks: decision
+    $12::integer[],  --         slot (1-based)
+    $13::bigint[],   --         cost (a settlement: the charge)
+    $14::boolean[],  --         count=all
+    $15::boolean[],  --         shadow
+    $16::bigint[],   --         lease: units asked for
+    $17::bigint[],   --         lease: units this gateway holds
+    $18::bigint[],   --         lease: their mark (a settlement: the admission, µs)
+    $19::boolean[],  --         a renewal's phantom request
+    $20::bigint[]    --         a settlement's reservation, -1 for a decision
 )

@@ -1,4 +1,4 @@
--- version: 5
+-- version: 7
 --
 -- decide: the whole limiter decision, computed in the database with the
 -- database's clock, for a list of decisions at once. The store that calls
@@ -27,6 +27,13 @@
 --   s_window       window in µs, >= 1
 --   s_bucket       sliding: bucket width in µs, dividing s_window (else 0)
 --   s_burst        token: burst (else 0; 0 means the limit)
+--   s_bounds       four per slot, flattened: for a fixed counter with a
+--                  calendar window (policy.Calendar), the starts of four
+--                  consecutive periods around the gateway's clock, b0 < b1
+--                  < b2 < b3 (µs); the counter counts in whichever of
+--                  [b0,b1), [b1,b2), [b2,b3) holds the database's clock,
+--                  so that the gateway's zone rules and the database's
+--                  instant decide together. Zeros for any other counter.
 -- Checks are one rule's part of one decision, grouped by decision:
 --   c_decision     decision number; checks of one decision are adjacent and
 --                  decisions are applied in the order they appear
@@ -44,6 +51,22 @@
 --   c_mark         the mark (window start, or sliding bucket index) of
 --                  that lease; c_held counts only when it is the
 --                  counter's current mark
+--   c_renewal      the decision is a lease renewal's phantom request: when
+--                  allowed, its cost is leased too (the gateway holds it
+--                  as a unit to spend), so leased counts every unit a
+--                  gateway holds
+--   c_settle       -1 for a check to decide. Otherwise the check settles a
+--                  charge (charge=): c_settle is the units reserved when
+--                  the request was admitted, c_cost what the response said
+--                  it cost (>= 0), and c_mark the instant of the admission
+--                  (µs). A settlement always applies and never denies: when
+--                  the reservation still counts in the current window (or
+--                  bucket span, or for a token bucket always) the
+--                  difference is added, else the whole charge lands in the
+--                  current window; a count never goes below zero, and may
+--                  pass the limit (later requests are denied until the
+--                  window gives room). A settlement's decision holds only
+--                  settlements.
 -- p_peek: decide but consume nothing and write nothing (the admin API's view
 -- of a counter: what a request would get now).
 -- p_now_us overrides the clock (µs since the Unix epoch) for tests; NULL
@@ -55,7 +78,8 @@
 -- once the locks are held makes time move forward along each row's history.
 --
 -- Returns the clock used (µs) and, per check in input order: the check's own
--- verdict, the room left, the reset time (µs) and the retry-after (µs, 0 when
+-- verdict, the room left (negative after a charge took the counter past
+-- its limit: the caller reads the count from it), the reset time (µs) and the retry-after (µs, 0 when
 -- the check allowed), all computed after the decision consumed and after any
 -- lease it was granted; the units granted; and, for a denied check, whether
 -- other gateways hold leased units of its counter that may come back before
@@ -64,11 +88,19 @@
 -- Leases (limiter/postgres/lease.go; the columns are explained in migration
 -- 0006): a granted lease is counted in n (and, for sliding, in the current
 -- bucket) at once, so a counter never passes its limit whatever the holder
--- does, and it is added to leased under the counter's current mark. A
--- denied check whose counter has units leased to others (leased less the
--- asker's own c_held) asks for them back, at most once per need interval
--- per counter: a key event, which every gateway reads in its poll, makes the
--- holders return what they have not spent.
+-- does, and it is added to leased under the counter's current mark.
+-- The recall: a denied check whose counter has units leased to others
+-- (leased less the asker's own c_held) recalls them: the call notifies the
+-- channel sluice_leases ('r', at commit), which every gateway listens on,
+-- and the holders give back at once what they have not spent (return_leases
+-- notifies 'g' when they have); the denied gateway waits for that and asks
+-- again. Such a denial is provisional (held): a 429 only once the committed
+-- count has reached the limit. need_us is when the recall started (0: none
+-- under this mark), and the first recall also writes a key event, which
+-- every gateway's poll reads in case it missed the notification. Holders
+-- that have not given back within recall_grace of the recall are taken to
+-- be dead: the denial is then final (held false), and their units are the
+-- only ones a denial ever leaves unused (the README's dead-holder bound).
 --
 -- Concurrency: the counters a batch touches that exist are locked FOR
 -- UPDATE in (rule, key) order, then those that do not are inserted in that
@@ -97,7 +129,9 @@
 -- consumed nothing, were granted nothing and asked for nothing are not
 -- written.
 --
--- Version 5 added the lease arguments and results. A function's arguments
+-- Version 7 added s_bounds (calendar windows) and c_settle (charges);
+-- version 6 c_renewal (and the recall); version 5 the lease
+-- arguments and results. A function's arguments
 -- are its identity, so this creates a new function beside version 4's,
 -- which older gateways of a rolling deploy keep calling (their decisions
 -- stay exact: they count in n, which includes leased units). A row this call inserted and that
@@ -113,6 +147,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.decide(
     s_window    bigint[],
     s_bucket    bigint[],
     s_burst     bigint[],
+    s_bounds    bigint[],
     c_decision  integer[],
     c_slot      integer[],
     c_cost      bigint[],
@@ -121,6 +156,8 @@ CREATE OR REPLACE FUNCTION {{schema}}.decide(
     c_lease     bigint[],
     c_held      bigint[],
     c_mark      bigint[],
+    c_renewal   boolean[],
+    c_settle    bigint[],
     OUT now_us    bigint,
     OUT allowed   boolean[],
     OUT remaining bigint[],
@@ -174,6 +211,7 @@ DECLARE
     st_n   bigint[]  := array_fill(0::bigint, ARRAY[ns]);
     dirty  boolean[] := array_fill(false, ARRAY[ns]);
     st_k   bigint[]  := array_fill(0::bigint, ARRAY[ns]);  -- sliding: number of buckets in the window
+    st_win bigint[]  := s_window;                          -- fixed: this window's length (a calendar period's)
     st_off integer[] := array_fill(0, ARRAY[ns]);          -- sliding: offset of the slot's pairs in ring
     st_len integer[] := array_fill(0, ARRAY[ns]);          -- sliding: number of pairs
     ring   bigint[] := '{}';
@@ -215,12 +253,12 @@ DECLARE
     tau   bigint;   -- token tolerance
     rst   bigint;
     g     bigint;   -- units granted
+    b0    integer;  -- a calendar slot's offset in s_bounds
     m     integer;
     z     integer;
-    -- A denied counter asks the holders of its leased units for them back
-    -- at most once per need_interval (µs): the holders answer within their
-    -- poll interval, and a hot key must not write a key event per denial.
-    need_interval constant bigint := 250000;
+    -- Holders that have not given back within recall_grace (µs) of a
+    -- recall are taken to be dead (see the top of this file).
+    recall_grace constant bigint := 1000000;
 BEGIN
     IF cardinality(s_key) IS DISTINCT FROM cardinality(s_rule)
        OR cardinality(s_alg) IS DISTINCT FROM cardinality(s_rule)
@@ -234,7 +272,10 @@ BEGIN
        OR cardinality(c_shadow) IS DISTINCT FROM cardinality(c_slot)
        OR cardinality(c_lease) IS DISTINCT FROM cardinality(c_slot)
        OR cardinality(c_held) IS DISTINCT FROM cardinality(c_slot)
-       OR cardinality(c_mark) IS DISTINCT FROM cardinality(c_slot) THEN
+       OR cardinality(c_mark) IS DISTINCT FROM cardinality(c_slot)
+       OR cardinality(c_renewal) IS DISTINCT FROM cardinality(c_slot)
+       OR cardinality(c_settle) IS DISTINCT FROM cardinality(c_slot)
+       OR coalesce(cardinality(s_bounds), 0) IS DISTINCT FROM 4 * ns THEN
         RAISE EXCEPTION 'sluice decide: slot and check arrays must each have equal lengths'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -363,8 +404,22 @@ BEGIN
         win := s_window[s];
         valid := NOT fresh[s] AND raw_alg[s] = alg;
         CASE alg
-        WHEN 0 THEN  -- fixed: windows aligned to the epoch
-            st_a[s] := (now_us / win) * win;
+        WHEN 0 THEN  -- fixed: windows aligned to the epoch, or calendar periods
+            b0 := 4 * (s - 1);
+            IF s_bounds[b0 + 2] = 0 THEN
+                st_a[s] := (now_us / win) * win;
+            ELSE
+                q := 1;
+                WHILE q <= 3 AND NOT (now_us >= s_bounds[b0 + q] AND now_us < s_bounds[b0 + q + 1]) LOOP
+                    q := q + 1;
+                END LOOP;
+                IF q > 3 THEN
+                    RAISE EXCEPTION 'sluice decide: the gateway''s clock and the database''s differ by more than a calendar period'
+                        USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                st_a[s] := s_bounds[b0 + q];
+                st_win[s] := s_bounds[b0 + q + 1] - s_bounds[b0 + q];
+            END IF;
             IF valid AND raw_a[s] = st_a[s] THEN
                 st_n[s] := raw_n[s];
             END IF;
@@ -422,10 +477,8 @@ BEGIN
             st_mark[s] := st_a[s];
             IF valid AND raw_mark[s] = st_mark[s] THEN
                 st_leased[s] := raw_leased[s];
+                st_need[s] := raw_need[s];
             END IF;
-        END IF;
-        IF valid THEN
-            st_need[s] := raw_need[s];
         END IF;
     END LOOP;
 
@@ -445,7 +498,9 @@ BEGIN
             s := c_slot[q];
             lim := s_limit[s];
             cost := c_cost[q];
-            IF s_alg[s] = 3 THEN
+            IF c_settle[q] >= 0 THEN
+                verdict[q] := true;  -- a settlement always applies
+            ELSIF s_alg[s] = 3 THEN
                 tt  := greatest(1, s_window[s] / lim);
                 tau := CASE WHEN s_burst[s] > 0 THEN s_burst[s] ELSE lim END * tt;
                 tnext[q] := greatest(st_a[s], now_us) + cost * tt;
@@ -464,7 +519,32 @@ BEGIN
         -- shadow count=all check over its limit counts the request it would
         -- have denied, as it would if it were enforced).
         FOR q IN x .. y LOOP
-            IF NOT p_peek AND ((ok AND verdict[q]) OR c_count_all[q]) THEN
+            IF NOT p_peek AND c_settle[q] >= 0 THEN
+                -- A charge settled: the difference to the reservation when
+                -- the reservation still counts where the charge would go,
+                -- else the whole charge, in the current window.
+                s := c_slot[q];
+                cost := c_cost[q];
+                CASE s_alg[s]
+                WHEN 3 THEN
+                    tt := greatest(1, s_window[s] / s_limit[s]);
+                    st_a[s] := greatest(now_us, greatest(st_a[s], now_us) + (cost - c_settle[q]) * tt);
+                WHEN 1 THEN
+                    bw := s_bucket[s];
+                    IF c_mark[q] / bw > st_a[s] - st_k[s] THEN
+                        cost := cost - c_settle[q];
+                    END IF;
+                    j := st_off[s] + 2 * st_len[s];  -- the current bucket's count
+                    v := greatest(0, ring[j] + cost);
+                    st_n[s] := st_n[s] + v - ring[j];
+                    ring[j] := v;
+                ELSE
+                    IF c_mark[q] >= st_a[s] THEN
+                        cost := cost - c_settle[q];
+                    END IF;
+                    st_n[s] := greatest(0, st_n[s] + cost);
+                END CASE;
+            ELSIF NOT p_peek AND ((ok AND verdict[q]) OR c_count_all[q]) THEN
                 s := c_slot[q];
                 cost := c_cost[q];
                 -- A lease for an allowed check: a quarter of the room left
@@ -476,6 +556,11 @@ BEGIN
                     granted[q] := g;
                     st_leased[s] := st_leased[s] + g;
                 END IF;
+                IF ok AND verdict[q] AND c_renewal[q] AND s_alg[s] <> 3 THEN
+                    -- The phantom request's own units are the holder's too.
+                    granted[q] := granted[q] + cost;
+                    st_leased[s] := st_leased[s] + cost;
+                END IF;
                 CASE s_alg[s]
                 WHEN 3 THEN
                     st_a[s] := tnext[q];
@@ -486,12 +571,15 @@ BEGIN
                 ELSE
                     st_n[s] := st_n[s] + cost + g;
                 END CASE;
-                IF NOT dirty[s] THEN
-                    dirty[s] := true;
-                    n_dirty := n_dirty + 1;
-                    IF fresh[s] THEN
-                        n_drop := n_drop - 1;
-                    END IF;
+            ELSE
+                CONTINUE;  -- nothing changed
+            END IF;
+            -- The counter changed: it is written once, at the end.
+            IF NOT dirty[s] THEN
+                dirty[s] := true;
+                n_dirty := n_dirty + 1;
+                IF fresh[s] THEN
+                    n_drop := n_drop - 1;
                 END IF;
             END IF;
         END LOOP;
@@ -508,7 +596,9 @@ BEGIN
                 tt  := greatest(1, win / lim);
                 tau := CASE WHEN s_burst[s] > 0 THEN s_burst[s] ELSE lim END * tt;
                 rst := greatest(st_a[s], now_us);
-                remaining[q] := greatest(0, (now_us + tau - rst) / tt);
+                -- floor division, as the memory store's, also below zero
+                v := now_us + tau - rst;
+                remaining[q] := CASE WHEN v >= 0 THEN v / tt ELSE -((tt - 1 - v) / tt) END;
                 -- On the state after consuming, so that a counted denial's
                 -- retry waits for its own count too (limiter/storetest pins
                 -- this reading); for any other denial this is next - τ - now.
@@ -519,7 +609,7 @@ BEGIN
                 kk  := st_k[s];
                 cur := st_a[s];
                 bw  := s_bucket[s];
-                remaining[q] := greatest(0, lim - st_n[s]);
+                remaining[q] := lim - st_n[s];
                 rst := now_us;  -- when every bucket is empty
                 z := st_len[s];
                 WHILE z >= 1 LOOP
@@ -546,27 +636,32 @@ BEGIN
                     END IF;
                 END IF;
             ELSE  -- fixed and reset
-                rst := st_a[s] + win;
-                remaining[q] := greatest(0, lim - st_n[s]);
+                rst := st_a[s] + st_win[s];
+                remaining[q] := lim - st_n[s];
                 IF NOT verdict[q] THEN
                     retry_us[q] := rst - now_us;
                 END IF;
             END CASE;
             reset_us[q] := rst;
-            -- Units leased to other gateways may come back before the
-            -- retry: say so, and ask for them (once per need_interval).
+            -- Units leased to other gateways: recall them, and say the
+            -- denial is provisional, unless a recall has gone unanswered
+            -- for recall_grace (dead holders: the denial is final).
             IF NOT verdict[q] AND s_alg[s] <> 3 AND st_leased[s]
-                    - (CASE WHEN c_mark[q] = st_mark[s] THEN c_held[q] ELSE 0 END) > 0 THEN
+                    - (CASE WHEN c_mark[q] = st_mark[s] THEN c_held[q] ELSE 0 END) > 0
+                    AND (st_need[s] = 0 OR now_us - st_need[s] < recall_grace) THEN
                 held[q] := true;
-                IF NOT p_peek AND NOT need[s] AND now_us - st_need[s] >= need_interval THEN
+                IF NOT p_peek AND NOT need[s] THEN
                     need[s] := true;
-                    n_need := n_need + 1;
-                    st_need[s] := now_us;
-                    IF NOT dirty[s] THEN
-                        dirty[s] := true;
-                        n_dirty := n_dirty + 1;
-                        IF fresh[s] THEN
-                            n_drop := n_drop - 1;
+                    PERFORM pg_notify('sluice_leases', concat_ws(chr(31), '{{schema}}', 'r', s_rule[s], s_key[s]));
+                    IF st_need[s] = 0 THEN
+                        st_need[s] := now_us;
+                        n_need := n_need + 1;  -- a key event, for the polls
+                        IF NOT dirty[s] THEN
+                            dirty[s] := true;
+                            n_dirty := n_dirty + 1;
+                            IF fresh[s] THEN
+                                n_drop := n_drop - 1;
+                            END IF;
                         END IF;
                     END IF;
                 END IF;
@@ -591,14 +686,15 @@ BEGIN
                 -- the current bucket is not empty (or only asked for units back)
                 WHEN 1 THEN (u.a + u.k) * u.bw
                 ELSE u.a + u.win END
-        FROM unnest(s_rule, s_key, s_alg, st_a, st_n, s_bucket, s_window, st_k, st_off, st_len, dirty,
+        FROM unnest(s_rule, s_key, s_alg, st_a, st_n, s_bucket, st_win, st_k, st_off, st_len, dirty,
                     st_leased, st_mark, st_need)
             AS u(rule, key, alg, a, n, bw, win, k, off, len, dirty, leased, mark, need)
         WHERE u.dirty AND c.rule = u.rule AND c.key = u.key;
     END IF;
     IF n_need > 0 THEN
         INSERT INTO {{schema}}.key_events (rule, key)
-        SELECT u.rule, u.key FROM unnest(s_rule, s_key, need) AS u(rule, key, need) WHERE u.need;
+        SELECT u.rule, u.key FROM unnest(s_rule, s_key, need, st_need) AS u(rule, key, need, at)
+        WHERE u.need AND u.at = now_us;
     END IF;
     IF n_drop > 0 THEN
         DELETE FROM {{schema}}.counters AS c
@@ -609,5 +705,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION {{schema}}.decide(bigint, boolean, text[], text[], smallint[], bigint[], bigint[],
-    bigint[], bigint[], integer[], integer[], bigint[], boolean[], boolean[], bigint[], bigint[], bigint[]) IS
+    bigint[], bigint[], bigint[], integer[], integer[], bigint[], boolean[], boolean[], bigint[], bigint[], bigint[], boolean[],
+    bigint[]) IS
     'sluice: decide a batch of rate-limit decisions atomically; source: limiter/postgres/sql/decide_function.sql';

@@ -1,4 +1,4 @@
--- version: 1
+-- version: 2
 --
 -- The statements of leases that are not decisions (limiter/postgres/lease.go;
 -- the columns are explained in migration 0006): giving back units a gateway
@@ -15,7 +15,9 @@
 -- that the counter no longer says others hold units. Nothing happens to a
 -- counter whose window or bucket has moved on, or whose row was reset or
 -- deleted meanwhile (its units then count nothing anyway), or that is
--- counted by another algorithm now. The inputs are parallel arrays, one
+-- counted by another algorithm now. A return ends the counter's recall
+-- (need_us 0) and notifies sluice_leases ('g') for those who wait on it
+-- (see decide_function.sql). The inputs are parallel arrays, one
 -- entry per lease; the same counter may appear more than once (a sliding
 -- counter with leases of two buckets). Returns the number of entries that
 -- changed a counter.
@@ -67,7 +69,8 @@ BEGIN
         IF rec.want_alg IN (0, 2) THEN
             UPDATE {{schema}}.counters c
             SET n = CASE WHEN c.a = rec.mark THEN greatest(0, c.n - rec.unused) ELSE c.n END,
-                leased = CASE WHEN c.lease_mark = rec.mark THEN greatest(0, c.leased - rec.settled) ELSE c.leased END
+                leased = CASE WHEN c.lease_mark = rec.mark THEN greatest(0, c.leased - rec.settled) ELSE c.leased END,
+                need_us = CASE WHEN c.lease_mark = rec.mark THEN 0 ELSE c.need_us END
             WHERE c.rule = rec.rule AND c.key = rec.key AND c.alg = rec.want_alg
               AND (c.a = rec.mark OR c.lease_mark = rec.mark);
             done := FOUND;
@@ -87,7 +90,8 @@ BEGIN
                 END IF;
                 UPDATE {{schema}}.counters c
                 SET buckets = b, n = nn,
-                    leased = CASE WHEN c.lease_mark = rec.mark THEN greatest(0, c.leased - rec.settled) ELSE c.leased END
+                    leased = CASE WHEN c.lease_mark = rec.mark THEN greatest(0, c.leased - rec.settled) ELSE c.leased END,
+                    need_us = CASE WHEN c.lease_mark = rec.mark THEN 0 ELSE c.need_us END
                 WHERE c.rule = rec.rule AND c.key = rec.key
                   AND (done OR c.lease_mark = rec.mark);
                 done := done OR FOUND;
@@ -95,6 +99,8 @@ BEGIN
         END IF;
         IF done THEN
             changed := changed + 1;
+            -- Whoever waits on a recall of this counter may ask again.
+            PERFORM pg_notify('sluice_leases', concat_ws(chr(31), '{{schema}}', 'g', rec.rule, rec.key));
         END IF;
     END LOOP;
     RETURN changed;

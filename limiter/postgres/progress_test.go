@@ -1,0 +1,129 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/limiter/postgres"
+)
+
+// The question's budget follows the database's recent answers: three
+// times the slowest of the last 64, within the floor and the ceiling.
+func TestQuestionBudget(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		recent []time.Duration
+		floor  time.Duration
+		want   time.Duration
+	}{
+		{nil, time.Second, time.Second},
+		{[]time.Duration{5 * ms, 20 * ms}, time.Second, time.Second},
+		{[]time.Duration{5 * ms, 570 * ms, 20 * ms}, time.Second, 1710 * ms},
+		{[]time.Duration{5 * time.Second}, time.Second, 3 * time.Second},
+		{[]time.Duration{5 * time.Second}, 4 * time.Second, 4 * time.Second}, // a deadline longer than the ceiling
+	} {
+		if got := postgres.QuestionBudget(c.recent, c.floor); got != c.want {
+			t.Errorf("budget after %v, floor %v = %v, want %v", c.recent, c.floor, got, c.want)
+		}
+	}
+	// Only the last 64 answers count.
+	recent := []time.Duration{2 * time.Second}
+	for range 64 {
+		recent = append(recent, ms)
+	}
+	if got := postgres.QuestionBudget(recent, time.Second); got != time.Second {
+		t.Errorf("budget after a slow answer and 64 quick ones = %v, want the floor", got)
+	}
+}
+
+// holdRow runs, on a connection of its own named app, one statement that
+// locks rule's counters and sleeps for hold while it runs, and returns
+// once it sleeps (the lock taken); the channel receives its end.
+func holdRow(t *testing.T, db *pgtest.DB, app, rule string, hold time.Duration) <-chan error {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, finished := make(chan error, 1), make(chan struct{})
+	t.Cleanup(func() {
+		<-finished // the statement ends by itself, within hold
+		conn.Close(context.Background())
+	})
+	go func() {
+		_, err := conn.Exec(ctx, "SELECT pg_sleep($2) FROM (SELECT 1 FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+
+			" WHERE rule = $1 FOR UPDATE) AS locked", rule, hold.Seconds())
+		done <- err
+		close(finished)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var running bool
+		// Sleeping: the row, fetched before, is locked.
+		if err := db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep')", app).Scan(&running); err != nil {
+			t.Fatal(err)
+		}
+		if running {
+			return done
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holding statement did not start within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Load is not an outage: a decide statement that waits longer than the
+// deadline for a counter that another sluice statement holds while it
+// runs is answered when that statement ends, not failed; one that waits
+// for a stranger (a session of another application) fails soon after the
+// deadline, with a timeout the breaker counts.
+func TestLateStatementBehindSluiceIsLoad(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout = 50 * time.Millisecond })
+	r := fixed("held", 10, time.Hour)
+	decide(t, s, chk(r, "k")) // the counter exists
+	var app string
+	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+
+	held := holdRow(t, db, app, r.Name, 400*time.Millisecond)
+	began := time.Now()
+	res := make([]limiter.Result, 1)
+	allowed, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
+	took := time.Since(began)
+	if err != nil || !allowed {
+		t.Fatalf("behind a running sluice statement: allowed %v, err %v after %v; want allowed once it ends", allowed, err, took)
+	}
+	if took < 250*time.Millisecond {
+		t.Errorf("answered after %v: the counter was held for 400ms, so the statement cannot have waited for it", took)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+
+	held = holdRow(t, db, "someone-else", r.Name, 3*time.Second)
+	began = time.Now()
+	allowed, err = s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
+	took = time.Since(began)
+	if allowed || limiter.ErrorKind(err) != limiter.ErrorTimeout {
+		t.Fatalf("behind a stranger's statement: allowed %v, err %v; want a timeout", allowed, err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("failed after %v; want soon after the 50ms deadline, long before the stranger's 3s end", took)
+	}
+	t.Logf("behind a stranger: failed after %v", took.Round(time.Millisecond))
+	<-held
+}

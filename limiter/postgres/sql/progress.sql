@@ -1,0 +1,15 @@
+-- Whether the decide statement running in server process $1 is making
+-- progress (see progress.go): it is not waiting for its commit to reach a
+-- synchronous standby, and every session it waits for (pg_blocking_pids:
+-- the holders of the locks it wants and the waiters queued ahead of it) is
+-- a sluice session of this gateway's application_name that is running a
+-- statement, not idle in a transaction. A session whose state this role
+-- may not read counts as a stranger.
+SELECT NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.pid = ANY (pg_blocking_pids($1::integer))
+          AND (a.state IS DISTINCT FROM 'active'
+               OR a.application_name IS DISTINCT FROM current_setting('application_name')))
+   AND NOT EXISTS (
+        SELECT 1 FROM pg_stat_activity a
+        WHERE a.pid = $1::integer AND a.wait_event = 'SyncRep')
