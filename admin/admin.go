@@ -13,11 +13,10 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +68,9 @@ type Config struct {
 // CrossOriginProtection: Sec-Fetch-Site, else Origin against Host), so no
 // other web page can make a signed-in operator's browser change a limit.
 // Requests without those headers (curl, scripts) are not affected.
+// Without a token, only a loopback Host is answered (loopbackOnly), so
+// that no page can read the listener through DNS rebinding either. Every
+// error is problem+json, ServeMux's own 404 and 405 included (problems).
 func NewHandler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -83,7 +85,7 @@ func NewHandler(cfg Config) http.Handler {
 		}
 		writeText(w, http.StatusOK, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", asProblem(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	read := func(h http.HandlerFunc) http.HandlerFunc { return guard(cfg.Token, false, h) }
 	write := func(h http.HandlerFunc) http.HandlerFunc { return guard(cfg.Token, true, h) }
 	mux.HandleFunc("GET /v1/rules", read(func(w http.ResponseWriter, r *http.Request) {
@@ -92,6 +94,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Keys != nil {
 		api := &keysAPI{policy: cfg.Policy, store: cfg.Keys, hasher: cfg.Hasher, issuer: cfg.JWTIssuer}
 		mux.HandleFunc("GET /v1/keys", read(api.getKey))
+		mux.HandleFunc("GET /v1/usage", read(api.getUsage))
 		mux.HandleFunc("DELETE /v1/keys", write(api.deleteKey))
 		mux.HandleFunc("GET /v1/overrides", read(api.listOverrides))
 		mux.HandleFunc("PUT /v1/overrides", write(api.putOverride))
@@ -105,14 +108,19 @@ func NewHandler(cfg Config) http.Handler {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusForbidden, Detail: "cross-origin request refused: admin writes must come from the admin listener's own origin"})
 	}))
-	return secure(cop.Handler(mux))
+	h := cop.Handler(problems(mux))
+	if cfg.Token == "" {
+		h = loopbackOnly(h)
+	}
+	return secure(h)
 }
 
 // guard lets a /v1 request through to h only with the bearer token: always
 // for a write, which is refused with 403 while no token is configured, and
 // for a read whenever a token is configured, since the counters tell
 // whether an address or an IP was active recently. A missing or wrong token
-// is 401.
+// is 401. The scheme's case does not matter, the token's does (hasToken).
+// A query string that does not parse is 400.
 func guard(token string, write bool, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -120,12 +128,17 @@ func guard(token string, write bool, h http.HandlerFunc) http.HandlerFunc {
 			proxy.WriteProblem(w, proxy.Problem{Status: http.StatusForbidden, Detail: "admin writes are disabled: set SLUICE_ADMIN_TOKEN"})
 			return
 		case token != "":
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			if !hasToken(r, token) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 				proxy.WriteProblem(w, proxy.Problem{Status: http.StatusUnauthorized, Detail: "a valid Authorization: Bearer token is required"})
 				return
 			}
+		}
+		// Go's Query drops what does not parse ("a=1;b=2" loses its pair):
+		// a parameter sluice never saw must not change what it answers.
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			proxy.WriteProblem(w, proxy.Problem{Status: http.StatusBadRequest, Detail: "the query string is malformed: " + err.Error()})
+			return
 		}
 		h(w, r)
 	}
@@ -169,6 +182,11 @@ type ruleJSON struct {
 	CountAll  bool       `json:"count_all"`
 	PlanClaim string     `json:"plan_claim,omitempty"`
 	Plans     []planJSON `json:"plans,omitempty"`
+	// A calendar window's zone (tz=) and a month's first day (anchor=),
+	// and where a charge= rule reads its cost.
+	TZ     string `json:"tz,omitempty"`
+	Anchor int    `json:"anchor,omitempty"`
+	Charge string `json:"charge,omitempty"`
 }
 
 // planJSON is one limit of a rule's plans option.
@@ -191,14 +209,27 @@ func rulesJSON(rules []*policy.Rule) []ruleJSON {
 		for _, p := range r.Plans {
 			plans = append(plans, planJSON{Name: p.Name, Limit: p.Limit, Window: policy.FormatWindow(p.Window), WindowSec: int64(p.Window / time.Second)})
 		}
-		out = append(out, ruleJSON{
+		j := ruleJSON{
 			Name: r.Name, Line: r.Line, Methods: methods, Path: path,
 			Identity: r.Identity.Kind.String(), Field: r.Identity.Field,
-			Limit: r.Limit, Window: policy.FormatWindow(r.Window), WindowSec: int64(r.Window / time.Second),
+			Limit: r.Limit, Window: r.WindowString(), WindowSec: int64(r.Window / time.Second),
 			Algorithm: r.Algorithm.String(), BucketSec: int64(r.Bucket / time.Second), Burst: r.Burst,
 			Fail: r.Fail.String(), Shadow: r.Shadow, Cost: r.Cost, CountAll: r.CountAll,
 			PlanClaim: r.PlanClaim, Plans: plans,
-		})
+		}
+		if cal := r.Calendar; cal != nil {
+			j.TZ, j.Anchor = cal.Zone.String(), cal.Anchor
+			// The current period's length: a month's or a DST day's.
+			start, end := cal.Period(time.Now())
+			j.WindowSec = int64(end.Sub(start) / time.Second)
+			for i := range plans {
+				plans[i].Window, plans[i].WindowSec = j.Window, j.WindowSec
+			}
+		}
+		if r.Charge != nil {
+			j.Charge = r.Charge.String()
+		}
+		out = append(out, j)
 	}
 	return out
 }

@@ -239,7 +239,7 @@ func TestAdminErrors(t *testing.T) {
 		{`{"limit":0,"window":"1m"}`, `invalid override for rule "login": limit: expected 1 to 1000000000000, got 0`},
 		{`{"limit":1,"window":"1m"}`, `invalid override for rule "login": limit: must be at least the rule's cost 2, got 1`},
 		{`{"limit":5,"window":"soon"}`, `window: expected Ns, Nm, Nh or Nd such as 15m, got "soon"`},
-		{`{"limit":5,"window":"1m","extra":1}`, `body: expected {"limit":N,"window":"1d"}: json: unknown field "extra"`},
+		{`{"limit":5,"window":"1m","extra":1}`, `body: expected {"limit":N,"window":"1d"}: unknown member "extra" (names are spelled exactly as documented)`},
 	} {
 		code, body := call(t, "PUT", g.admin.URL+"/v1/overrides?rule=login&ip=1.2.3.4", "t", tc.body)
 		var p proxy.Problem

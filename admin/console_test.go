@@ -170,6 +170,7 @@ func TestCrossOriginWrites(t *testing.T) {
 		}
 		req, _ := http.NewRequest(tc.method, path, strings.NewReader(`{"limit":5,"window":"1d"}`))
 		req.Header.Set("Authorization", "Bearer s3cret")
+		req.Header.Set("Content-Type", "application/json")
 		for k, v := range tc.headers {
 			req.Header.Set(k, v)
 		}

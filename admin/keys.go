@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -49,6 +47,22 @@ type keysAPI struct {
 // names a key.
 var identityParams = []policy.IdentityKind{policy.ByIP, policy.ByEmail, policy.ByTenant, policy.ByHeader, policy.ByJWT}
 
+// identityQuery reads the identity parameters of q (ip=, email=,
+// tenant=, header=, jwt=): the names given, and the kind and value of the
+// last; a parameter given more than once is a 400 problem.
+func identityQuery(q url.Values) (given []string, kind policy.IdentityKind, value string, prob *proxy.Problem) {
+	for _, k := range identityParams {
+		if vs, ok := q[k.String()]; ok {
+			given = append(given, k.String())
+			if len(vs) != 1 {
+				return nil, 0, "", &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", k)}
+			}
+			kind, value = k, vs[0]
+		}
+	}
+	return given, kind, value, nil
+}
+
 // keyParam names a counter by its hashed key, as GET /v1/overrides and
 // the console's most limited keys show it, instead of by an identity.
 const keyParam = "key"
@@ -65,6 +79,9 @@ const keyParam = "key"
 // does not tell the plan it was counted under.
 func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	q := r.URL.Query()
+	if len(q["rule"]) > 1 {
+		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter rule given more than once"}
+	}
 	name := q.Get("rule")
 	if name == "" {
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "query parameter rule is required"}
@@ -73,17 +90,9 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	if !ok {
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s'", name)}
 	}
-	var given []string
-	var kind policy.IdentityKind
-	var value string
-	for _, k := range identityParams {
-		if vs, ok := q[k.String()]; ok {
-			given = append(given, k.String())
-			if len(vs) != 1 {
-				return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("query parameter %s given more than once", k)}
-			}
-			kind, value = k, vs[0]
-		}
+	given, kind, value, prob := identityQuery(q)
+	if prob != nil {
+		return limiter.Check{}, prob
 	}
 	// An Envoy descriptor's key: the values its rule leaves open, one
 	// descriptor= each, in the rule's order.
@@ -116,11 +125,26 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 	case len(given) == 0:
 		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("rule '%s' counts by %s: give %s=", name, rule.Identity.Kind, identityParam(rule.Identity.Kind))}
 	}
+	key, prob := a.identityKey(rule, kind, value)
+	if prob != nil {
+		return limiter.Check{}, prob
+	}
+	return a.planned(q, limiter.Check{Rule: rule, Key: key})
+}
+
+// identityKey returns the hashed key that rule counts an identity of
+// kind (ip, email, tenant, header or jwt) with this value by, as the
+// proxy keys it: the value canonicalised as the proxy reads it (an IP's
+// group, a canonical email, trimmed header text), or a 400 *Problem
+// naming the query parameter when it is not one. jwt is only for a rule
+// that counts by a claim, and keyed with that claim and the issuer.
+func (a *keysAPI) identityKey(rule *policy.Rule, kind policy.IdentityKind, value string) (string, *proxy.Problem) {
+	param := kind.String()
 	switch kind {
 	case policy.ByIP:
 		addr, err := netip.ParseAddr(value)
 		if err != nil {
-			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "ip: not an IP address"}
+			return "", &proxy.Problem{Status: http.StatusBadRequest, Detail: "ip: not an IP address"}
 		}
 		value = hashing.IPGroup(addr.Unmap())
 	case policy.ByEmail:
@@ -128,13 +152,13 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 		// such key to show or reset.
 		v, err := hashing.CanonicalEmail(value)
 		if err != nil {
-			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: "email: " + err.Error()}
+			return "", &proxy.Problem{Status: http.StatusBadRequest, Detail: "email: " + err.Error()}
 		}
 		value = v
 	case policy.ByTenant, policy.ByHeader:
 		v, err := hashing.CanonicalText(value)
 		if err != nil {
-			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: given[0] + ": " + err.Error()}
+			return "", &proxy.Problem{Status: http.StatusBadRequest, Detail: param + ": " + err.Error()}
 		}
 		value = v
 	case policy.ByJWT:
@@ -142,16 +166,16 @@ func (a *keysAPI) target(r *http.Request) (limiter.Check, *proxy.Problem) {
 		// decimal), under the claim's name and the issuer: only a rule
 		// that counts by a claim has such keys.
 		if rule.Identity.Kind != policy.ByJWT {
-			return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("jwt: rule '%s' counts by %s, not by a token's claim", name, rule.Identity.Kind)}
+			return "", &proxy.Problem{Status: http.StatusBadRequest, Detail: fmt.Sprintf("jwt: rule '%s' counts by %s, not by a token's claim", rule.Name, rule.Identity.Kind)}
 		}
 	}
 	if value == "" {
-		return limiter.Check{}, &proxy.Problem{Status: http.StatusBadRequest, Detail: given[0] + ": empty"}
+		return "", &proxy.Problem{Status: http.StatusBadRequest, Detail: param + ": empty"}
 	}
 	if kind == policy.ByJWT {
-		return a.planned(q, limiter.Check{Rule: rule, Key: a.hasher.JWTKey(a.issuer, rule.Identity.Field, value)})
+		return a.hasher.JWTKey(a.issuer, rule.Identity.Field, value), nil
 	}
-	return a.planned(q, limiter.Check{Rule: rule, Key: a.hasher.Key(kind.String(), value)})
+	return a.hasher.Key(kind.String(), value), nil
 }
 
 // planned applies ?plan= to c: the rule as counted under that plan
@@ -274,12 +298,15 @@ type overrideJSON struct {
 func (a *keysAPI) putOverride(w http.ResponseWriter, r *http.Request) {
 	a.write(w, r, func(c limiter.Check) (any, *proxy.Problem, error) {
 		var body overrideJSON
-		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			return nil, &proxy.Problem{Status: http.StatusBadRequest, Detail: `body: expected {"limit":N,"window":"1d"}: ` + err.Error()}, nil
+		if prob := readBody(w, r, &body, `{"limit":N,"window":"1d"}`); prob != nil {
+			return nil, prob, nil
 		}
 		window, err := policy.ParseWindow(body.Window)
+		if cal := c.Rule.Calendar; cal != nil && body.Window == cal.Unit.String() {
+			// A calendar rule's own window: the override changes the
+			// limit of each period (1mo stays a calendar month).
+			window, err = c.Rule.Window, nil
+		}
 		if err != nil {
 			return nil, &proxy.Problem{Status: http.StatusBadRequest, Detail: err.Error()}, nil
 		}
@@ -291,7 +318,11 @@ func (a *keysAPI) putOverride(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil, nil, err
 		}
-		return map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": policy.FormatWindow(window)}, nil, nil
+		shown := policy.FormatWindow(window)
+		if c.Rule.Calendar != nil && window == c.Rule.Window {
+			shown = c.Rule.WindowString()
+		}
+		return map[string]any{"rule": c.Rule.Name, "limit": body.Limit, "window": shown}, nil, nil
 	})
 }
 
@@ -325,9 +356,13 @@ func (a *keysAPI) listOverrides(w http.ResponseWriter, r *http.Request) {
 		if rule != "" && o.Rule != rule {
 			continue
 		}
+		window := policy.FormatWindow(o.Window)
+		if r, ok := a.policy().Lookup(o.Rule); ok && r.Calendar != nil && o.Window == r.Window {
+			window = r.WindowString()
+		}
 		out = append(out, overrideItemJSON{
 			Rule: o.Rule, Key: o.Key, Limit: o.Limit,
-			Window: policy.FormatWindow(o.Window), WindowSec: int64(o.Window / time.Second),
+			Window: window, WindowSec: int64(o.Window / time.Second),
 		})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})

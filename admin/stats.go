@@ -45,6 +45,8 @@ const (
 	metricStoreErrors   = "sluice_store_errors_total"
 	metricPoolConns     = "sluice_db_pool_connections"
 	metricPoolMax       = "sluice_db_pool_max_connections"
+	metricChargedUnits  = "sluice_charged_units_total"
+	metricCharges       = "sluice_charges_total"
 )
 
 // StatsConfig configures Stats.
@@ -76,8 +78,11 @@ type Stats struct {
 type sample struct {
 	at        time.Time
 	decisions map[string]map[string]float64 // by rule, then outcome
+	units     map[string]float64            // charged units, by rule
+	charges   map[string]map[string]float64 // charges by rule, then result
 	latency   histogram
 	errors    float64
+	overload  float64   // of errors, those of kind overload
 	pool      *poolJSON // nil without a pool
 }
 
@@ -127,7 +132,8 @@ func (s *Stats) Run(ctx context.Context) {
 // after moving the clock.
 func (s *Stats) Sample() {
 	mfs, _ := s.gather.Gather() // a partial gathering is still worth having
-	smp := sample{at: s.now(), decisions: map[string]map[string]float64{}}
+	smp := sample{at: s.now(), decisions: map[string]map[string]float64{},
+		units: map[string]float64{}, charges: map[string]map[string]float64{}}
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case metricDecisions:
@@ -139,6 +145,18 @@ func (s *Stats) Sample() {
 					smp.decisions[rule] = d
 				}
 				d[label(m, "outcome")] = m.GetCounter().GetValue()
+			}
+		case metricChargedUnits:
+			for _, m := range mf.GetMetric() {
+				smp.units[label(m, "rule")] = m.GetCounter().GetValue()
+			}
+		case metricCharges:
+			for _, m := range mf.GetMetric() {
+				rule := label(m, "rule")
+				if smp.charges[rule] == nil {
+					smp.charges[rule] = map[string]float64{}
+				}
+				smp.charges[rule][label(m, "result")] = m.GetCounter().GetValue()
 			}
 		case metricStoreDuration:
 			for _, m := range mf.GetMetric() {
@@ -154,6 +172,11 @@ func (s *Stats) Sample() {
 		case metricStoreErrors:
 			for _, m := range mf.GetMetric() {
 				smp.errors += m.GetCounter().GetValue()
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" && l.GetValue() == limiter.ErrorOverload {
+						smp.overload += m.GetCounter().GetValue()
+					}
+				}
 			}
 		case metricPoolConns, metricPoolMax:
 			if smp.pool == nil {
@@ -219,6 +242,10 @@ type ruleStatsJSON struct {
 	// AllowedPerSecond and LimitedPerSecond are the rates over the window.
 	AllowedPerSecond float64 `json:"allowed_per_second"`
 	LimitedPerSecond float64 `json:"limited_per_second"`
+	// For a charge= rule: the units its responses charged over the
+	// window, and its charges by how they were read.
+	Charged *float64           `json:"charged_units,omitempty"`
+	Charges map[string]float64 `json:"charges,omitempty"`
 	// Allowed and Limited are the checks of each second of the window,
 	// the oldest first, for a sparkline.
 	Allowed []float64 `json:"allowed"`
@@ -245,10 +272,13 @@ type storeStatsJSON struct {
 	Breaker string `json:"breaker,omitempty"`
 	// Calls, Errors and Latency cover the window; Latency is nil without
 	// calls.
-	Calls   float64      `json:"calls"`
-	Errors  float64      `json:"errors"`
-	Latency *latencyJSON `json:"latency_seconds"`
-	Pool    *poolJSON    `json:"pool"`
+	Calls  float64 `json:"calls"`
+	Errors float64 `json:"errors"`
+	// Overload counts, of Errors, the decisions that found the gateway's
+	// queue for the store full and applied their fail modes without it.
+	Overload float64      `json:"overload"`
+	Latency  *latencyJSON `json:"latency_seconds"`
+	Pool     *poolJSON    `json:"pool"`
 }
 
 // latencyJSON are quantiles of the store's decisions, estimated from the
@@ -307,6 +337,17 @@ func (s *Stats) snapshot(rules []*policy.Rule) statsJSON {
 				rs.Decisions[o] = max(v-first.decisions[r.Name][o], 0)
 			}
 		}
+		if r.Charge != nil {
+			// What responses charged over the window, and how the charges
+			// were read (charged, missing, invalid, retried).
+			rs.Charged, rs.Charges = new(float64), map[string]float64{}
+			if first != nil {
+				*rs.Charged = max(last.units[r.Name]-first.units[r.Name], 0)
+				for k, v := range last.charges[r.Name] {
+					rs.Charges[k] = max(v-first.charges[r.Name][k], 0)
+				}
+			}
+		}
 		if seconds > 0 {
 			rs.AllowedPerSecond = rs.Decisions[limiter.OutcomeAllowed] / seconds
 			rs.LimitedPerSecond = rs.Decisions[limiter.OutcomeLimited] / seconds
@@ -324,6 +365,7 @@ func (s *Stats) snapshot(rules []*policy.Rule) statsJSON {
 	if first != nil {
 		out.Store.Calls = max(last.latency.count-first.latency.count, 0)
 		out.Store.Errors = max(last.errors-first.errors, 0)
+		out.Store.Overload = max(last.overload-first.overload, 0)
 		out.Store.Latency = quantiles(first.latency, last.latency)
 		out.Store.Pool = last.pool
 	}

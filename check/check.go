@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/identity"
 )
@@ -201,11 +202,15 @@ func described(h http.Header, names [2]string) (string, error) {
 // splitTarget splits a described request target into its escaped path
 // and raw query: an origin-form target ("/api/login?x=1"), or an absolute
 // URL ("https://example.com/api/login?x=1"), as the asking proxy may
-// have received either.
+// have received either. A raw "#" in it is an error, as on the proxy's
+// request line (policy.CheckTarget): "/api/x#/../secret" is /api/x to
+// one reader and /api/secret to another.
 func splitTarget(target string) (path, query string, err error) {
+	if err := policy.CheckTarget(target); err != nil {
+		return "", "", errors.New(uriHeaders[0] + ": malformed request path: " + err.Error())
+	}
 	if strings.HasPrefix(target, "/") {
 		path, query, _ = strings.Cut(target, "?")
-		path, _, _ = strings.Cut(path, "#")
 		return path, query, nil
 	}
 	u, err := url.Parse(target)

@@ -21,6 +21,9 @@ func CheckConfig(environ map[string]string, stdout io.Writer) error {
 	serving := "no public listener (decision service only)"
 	if cfg.public() {
 		serving = "upstream " + cfg.upstream.Redacted()
+		if cfg.UsagePath != "" {
+			serving += ", usage at " + cfg.UsagePath
+		}
 	}
 	for _, l := range []struct{ what, addr string }{{"forward-auth on", cfg.CheckListen}, {"Envoy rate limit service on", cfg.RLSListen}} {
 		if l.addr != "" {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
@@ -64,6 +64,7 @@ type settings struct {
 	IdleTimeout       time.Duration `env:"SLUICE_IDLE_TIMEOUT" envDefault:"120s" help:"how long an idle keep-alive connection is kept"`
 	WriteTimeout      time.Duration `env:"SLUICE_WRITE_TIMEOUT" envDefault:"0" help:"longest a response may take; 0 never cuts one (streams, WebSockets)"`
 	UpstreamTimeout   time.Duration `env:"SLUICE_UPSTREAM_TIMEOUT" envDefault:"60s" help:"longest wait for an upstream's response headers"`
+	UsagePath         string        `env:"SLUICE_USAGE_PATH" help:"a path on the public listener, such as /_sluice/usage, where a GET shows the caller its standing on every rule (never forwarded); empty: off"`
 	AccessLog         bool          `env:"SLUICE_ACCESS_LOG" envDefault:"false" help:"one JSON line per request (method, path, rules, hashed key prefixes, outcome, status, durations)"`
 	Headers           string        `env:"SLUICE_HEADERS" envDefault:"ietf,x" help:"rate-limit header families: ietf, x, ietf,x or none"`
 	AdminToken        string        `env:"SLUICE_ADMIN_TOKEN" help:"bearer token of the admin API (/v1/*)"`
@@ -159,6 +160,12 @@ func load(environ map[string]string) (*config, error) {
 		}
 	}
 	c.routes = parse(&problems, "SLUICE_ROUTES", proxy.ParseRoutes, s.Routes)
+	switch err := proxy.ValidateUsagePath(s.UsagePath); {
+	case err != nil:
+		problems = append(problems, "SLUICE_USAGE_PATH: "+err.Error())
+	case s.UsagePath != "" && s.Upstream == "":
+		problems = append(problems, "SLUICE_USAGE_PATH: needs SLUICE_UPSTREAM: without it there is no public listener to answer on")
+	}
 
 	listeners := []struct{ name, addr string }{{"SLUICE_ADMIN_LISTEN", s.AdminListen}}
 	if s.Upstream != "" {
@@ -175,7 +182,8 @@ func load(environ map[string]string) (*config, error) {
 			problems = append(problems, fmt.Sprintf("%s: expected host:port such as :8080, got %q", l.name, l.addr))
 		}
 		for _, prev := range listeners[:i] {
-			if l.addr == prev.addr {
+			// Port 0 asks the kernel for a port: two of them get two.
+			if l.addr == prev.addr && !anyPort(l.addr) {
 				problems = append(problems, sameListener(prev.name, l.name))
 			}
 		}
@@ -282,6 +290,13 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// anyPort reports whether addr asks for any free port (port 0), which the
+// kernel picks when the listener opens and logs (see Gateway.listening).
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }
 
 // sameListener is the problem of two listeners given one address.
@@ -478,14 +493,12 @@ func parse[T any](problems *[]string, name string, f func(string) (T, error), va
 }
 
 // isLoopback reports whether a listen host only accepts connections from
-// this machine: localhost or a loopback address. An empty host (":9090")
-// listens on every interface.
+// this machine: localhost or a loopback address, as the admin listener
+// reads a Host (admin.IsLoopbackHost: localhost in ASCII case only, so
+// "localhoſt" is not). An empty host (":9090") listens on every
+// interface.
 func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
+	return admin.IsLoopbackHost(host)
 }
 
 // configError lists every problem found in the settings.

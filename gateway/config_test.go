@@ -129,6 +129,19 @@ func TestLoadDatabaseURLFallback(t *testing.T) {
 	}
 }
 
+// TestLoadAnyPort: every listener may ask for port 0 (the tests' way to
+// get a port nobody else holds); two of them are not the same listener.
+func TestLoadAnyPort(t *testing.T) {
+	env := base()
+	for _, k := range []string{"SLUICE_LISTEN", "SLUICE_ADMIN_LISTEN", "SLUICE_CHECK_LISTEN", "SLUICE_RLS_LISTEN"} {
+		env[k] = "127.0.0.1:0"
+	}
+	env["SLUICE_TRUSTED_PROXIES"] = "127.0.0.1/32"
+	if _, err := load(env); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLoadRulesFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules")
 	if err := os.WriteFile(path, []byte("# comment\nlogin: POST /api/login by ip 5/15m\nreset: POST /api/reset by email 3/1h sliding\n"), 0o600); err != nil {
@@ -361,10 +374,10 @@ func TestLoadAdminListen(t *testing.T) {
 			t.Errorf("SLUICE_ADMIN_LISTEN=%s SLUICE_ADMIN_TOKEN=%q: %v, want ok %v", listen, token, err, ok)
 		}
 	}
-	for _, loopback := range []string{"127.0.0.1:9090", "127.0.0.2:9090", "[::1]:9090", "[::ffff:127.0.0.1]:9090", "localhost:9090"} {
+	for _, loopback := range []string{"127.0.0.1:9090", "127.0.0.2:9090", "[::1]:9090", "[::ffff:127.0.0.1]:9090", "localhost:9090", "LOCALHOST:9090"} {
 		expect(loopback, "", true)
 	}
-	for _, network := range []string{"0.0.0.0:9090", ":9090", "[::]:9090", "10.0.0.5:9090", "admin.internal:9090"} {
+	for _, network := range []string{"0.0.0.0:9090", ":9090", "[::]:9090", "10.0.0.5:9090", "admin.internal:9090", "localhoſt:9090", "localhost.evil.example:9090"} {
 		expect(network, "", false)
 		expect(network, "tok", true)
 	}

@@ -136,14 +136,27 @@ func (b *browser) errorsSeen() []string {
 	return slices.Clone(b.errors)
 }
 
-// text returns the text of the first node sel (a CSS selector) matches.
+// text returns the text of the first visible node sel (a CSS selector)
+// matches, waiting up to 20 s for there to be one. The node is found and
+// read in one evaluation in the page: the console renders its tables
+// again every second, and a node found by one DevTools call can be gone
+// by the next ("No node with given id found").
 func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
-	if err != nil {
-		t.Fatalf("read %s: %v", sel, err)
+	js := fmt.Sprintf(`(() => { const n = document.querySelector(%q); return n && n.getClientRects().length > 0 ? [n.innerText] : []; })()`, sel)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		s, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](js))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		if len(s) == 1 {
+			return strings.TrimSpace(s[0])
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read %s: no visible node within 20 s", sel)
+		}
+		time.Sleep(50 * time.Millisecond) // the page renders on its own schedule
 	}
-	return strings.TrimSpace(s)
 }
 
 // waitText waits until the text of sel satisfies ok.
@@ -178,8 +191,9 @@ func choose(sel, value string) chromedp.Action[chromedp.Void] {
 // headless Chromium against a running gateway: signs in with the token,
 // sees every rule and the rates move after traffic without a reload,
 // looks a key up and resets it (the gateway then lets the next request
-// through), adds and deletes an override (the gateway applies each). No
-// request of the page leaves the admin listener's origin, the page
+// through), adds and deletes an override (the gateway applies each), and
+// reads a tenant's usage, which follows the override. No request of the
+// page leaves the admin listener's origin, the page
 // reports no error (a violation of its Content-Security-Policy would be
 // one), and its responses carry the policy. A screenshot is written to
 // the test's directory and, when SLUICE_SCREENSHOT_DIR is set, there
@@ -304,6 +318,26 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("with the override (4/1d) the gateway answered %v", got)
 	}
 
+	// Usage: a tenant's standing on every tenant rule, under its override.
+	b.do(t, "show a tenant's usage",
+		choose("#usage-kind", "tenant"),
+		chromedp.SendKeys(chromedp.ID("usage-value"), "acme"),
+		chromedp.Click(chromedp.CSS(`#usage button[type="submit"]`)),
+	)
+	b.waitText(t, `#usage-table tr[data-rule="query"] td.count`, func(s string) bool { return s == "4" })
+	if s := b.text(t, `#usage-table tr[data-rule="query"] td.limit`); s != "4/1d" {
+		t.Errorf("usage limit shows %q", s)
+	}
+	if s := b.text(t, `#usage-table tr[data-rule="query"] td.remaining`); s != "0" {
+		t.Errorf("usage remaining shows %q", s)
+	}
+	if s := b.text(t, `#usage-table tr[data-rule="query"] td.reset`); !strings.HasPrefix(s, "in ") {
+		t.Errorf("usage reset shows %q", s)
+	}
+	if n := eval[int](t, b, `document.querySelectorAll("#usage-table tbody tr").length`); n != 1 {
+		t.Errorf("the usage of a tenant lists %d rules, want 1 (query)", n)
+	}
+
 	// A screenshot for a person to look at, with every panel filled.
 	b.waitText(t, `#top tbody tr[data-rule="query"] td.num`, func(s string) bool { return s != "" })
 	time.Sleep(2 * time.Second) // two more seconds of the steady traffic
@@ -332,6 +366,8 @@ func TestConsoleInChromium(t *testing.T) {
 	if code := send("GET", "/api/query", "X-Tenant-ID", "acme"); code != 429 {
 		t.Fatalf("after the override's deletion (4 counted, limit 2 again): %d, want 429", code)
 	}
+	// The usage view follows without a new lookup: the rule's limit again.
+	b.waitText(t, `#usage-table tr[data-rule="query"] td.limit`, func(s string) bool { return s == "2/1d" })
 	code, body := proctest.Call(t, "GET", g.admin+"/v1/overrides", token, "")
 	if code != 200 || strings.Contains(body, `"rule":"query"`) {
 		t.Fatalf("the override is still there: %d %s", code, body)

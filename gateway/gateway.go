@@ -69,6 +69,12 @@ type Options struct {
 	// time each request spends inside it. The admin listener is not
 	// wrapped.
 	Wrap func(http.Handler) http.Handler
+	// Listening, when not nil, is told the address of each listener that
+	// Run opens (the admin one it is given included) as soon as it
+	// accepts, with the setting that names it (SLUICE_ADMIN_LISTEN,
+	// SLUICE_LISTEN, SLUICE_CHECK_LISTEN, SLUICE_RLS_LISTEN): how a
+	// program that asked for port 0 learns the port the kernel chose.
+	Listening func(setting string, addr net.Addr)
 }
 
 // Gateway is one sluice: the public proxy, the admin listener and the
@@ -90,6 +96,8 @@ type Gateway struct {
 	jwt      *jwt.Verifier          // nil without SLUICE_JWT_* keys
 	runners  []func(context.Context)
 	tracing  *telemetry.Tracing // nil: tracing is off
+	// listeningHook is Options.Listening.
+	listeningHook func(setting string, addr net.Addr)
 }
 
 // New reads the settings from environ, validates them in one pass (the
@@ -112,7 +120,7 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 	if log == nil {
 		log = newLogger(cfg)
 	}
-	g := &Gateway{cfg: cfg, log: log}
+	g := &Gateway{cfg: cfg, log: log, listeningHook: opts.Listening}
 	// reg holds sluice's own metrics, which the console's stats read
 	// every second; the Go runtime's and the process's, which cost more to
 	// read, are only scraped.
@@ -257,6 +265,8 @@ func newGateway(cfg *config, opts Options) (*Gateway, error) {
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			Transport:    transport,
 			Logger:       log,
+			UsagePath:    cfg.UsagePath,
+			Usage:        be.keys,
 		})
 		if err != nil {
 			be.close()
@@ -355,6 +365,7 @@ func (g *Gateway) Run(ctx context.Context, admin net.Listener, openPublic func()
 	admin = proxy.ProblemListener(admin, nil)
 	errc := make(chan error, 4)
 	go func() { errc <- g.admin.Serve(admin) }()
+	g.listening("SLUICE_ADMIN_LISTEN", admin.Addr())
 
 	began := time.Now()
 	ready := g.backend.waitReady(ctx, g.cfg.StartTimeout)
@@ -437,6 +448,7 @@ func (g *Gateway) serveDeciding(openPublic func() (net.Listener, error), errc ch
 			return nil, fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
 		}
 		g.serveHTTP(g.public, l, g.metrics.CountResponse, errc)
+		g.listening("SLUICE_LISTEN", l.Addr())
 		fields = append(fields, zap.String("listen", l.Addr().String()))
 	}
 	if g.check != nil {
@@ -445,6 +457,7 @@ func (g *Gateway) serveDeciding(openPublic func() (net.Listener, error), errc ch
 			return nil, fmt.Errorf("listen on SLUICE_CHECK_LISTEN: %w", err)
 		}
 		g.serveHTTP(g.check, l, nil, errc)
+		g.listening("SLUICE_CHECK_LISTEN", l.Addr())
 		fields = append(fields, zap.String("check_listen", l.Addr().String()))
 	}
 	if g.rls != nil {
@@ -453,9 +466,23 @@ func (g *Gateway) serveDeciding(openPublic func() (net.Listener, error), errc ch
 			return nil, fmt.Errorf("listen on SLUICE_RLS_LISTEN: %w", err)
 		}
 		go func() { errc <- g.rls.Serve(l) }()
+		g.listening("SLUICE_RLS_LISTEN", l.Addr())
 		fields = append(fields, zap.String("rls_listen", l.Addr().String()))
 	}
 	return fields, nil
+}
+
+// listening tells Options.Listening, when set, and the log that the
+// listener setting names accepts at addr. The log line is how a parent
+// process that gave a listener port 0 learns its port before the store
+// is ready (the public one's arrives with "sluice started").
+func (g *Gateway) listening(setting string, addr net.Addr) {
+	if g.listeningHook != nil {
+		g.listeningHook(setting, addr)
+	}
+	if setting == "SLUICE_ADMIN_LISTEN" {
+		g.log.Info("admin listener open", zap.String("admin_listen", addr.String()))
+	}
 }
 
 // serveHTTP serves srv on l: over TLS when the TLS files are set, with

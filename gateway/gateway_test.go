@@ -42,6 +42,45 @@ func TestCheckConfig(t *testing.T) {
 type running struct {
 	url, admin string
 	stop       func() error
+	// listening has the address of each listener the gateway opened, by
+	// setting (see Options.Listening), once it accepts.
+	listening *listenAddrs
+}
+
+// listenAddrs collects what Options.Listening is told.
+type listenAddrs struct {
+	mu      sync.Mutex
+	addrs   map[string]string
+	changed chan struct{} // closed and replaced on every address
+}
+
+func (l *listenAddrs) hook(setting string, addr net.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.addrs[setting] = addr.String()
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// addr waits up to 60 s for the listener setting names (such as
+// SLUICE_CHECK_LISTEN, given as 127.0.0.1:0) to accept, and returns its
+// address: a port the kernel chose, which no other test can hold.
+func (r *running) addr(t *testing.T, setting string) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		r.listening.mu.Lock()
+		a, changed := r.listening.addrs[setting], r.listening.changed
+		r.listening.mu.Unlock()
+		if a != "" {
+			return a
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("%s did not open within 60s", setting)
+		}
+	}
 }
 
 // start runs a gateway for env until the test ends (or stop is called).
@@ -69,11 +108,16 @@ func serveGateway(t *testing.T, env map[string]string, opts Options) (*Gateway, 
 // the public listener's URL arrives on the channel when it opens.
 func serveGatewayAsync(t *testing.T, env map[string]string, opts Options) (*Gateway, *running, <-chan string) {
 	t.Helper()
+	listening := &listenAddrs{addrs: map[string]string{}, changed: make(chan struct{})}
+	if opts.Listening == nil {
+		opts.Listening = listening.hook
+	}
 	g, err := New(env, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, public := runGateway(t, g)
+	r.listening = listening
 	return g, r, public
 }
 

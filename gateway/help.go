@@ -41,7 +41,7 @@ func Help(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.name, def, s.help)
 	}
 	tw.Flush()
-	b.WriteString("\nSIGHUP reloads SLUICE_RULES_FILE, SLUICE_JWT_JWKS_FILE and the SLUICE_TLS_* files; SIGINT and SIGTERM drain in-flight requests and exit.\nThe README has the details, the rule language and the admin API.\n")
+	b.WriteString("\nSIGHUP reloads SLUICE_RULES_FILE, SLUICE_JWT_JWKS_FILE and the SLUICE_TLS_* files; SIGINT and SIGTERM drain in-flight requests and exit.\nThe README and docs/ have the details: docs/rules.md (the rule language), docs/settings.md, docs/admin.md (the admin API).\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

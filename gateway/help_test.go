@@ -9,10 +9,10 @@ import (
 )
 
 // TestHelpListsEverySetting: help names every command and every variable
-// of the settings struct with its help text, and the README's settings
-// table has one row for each variable.
+// of the settings struct with its help text, and the settings reference
+// (docs/settings.md) has one row for each variable.
 func TestHelpListsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	ref, err := os.ReadFile("../docs/settings.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,19 +37,17 @@ func TestHelpListsEverySetting(t *testing.T) {
 		if !strings.Contains(help, "\n  "+name+" ") || !strings.Contains(help, h) {
 			t.Errorf("help does not list %s with its help", name)
 		}
-		if n := settingsRows(string(readme), name); n != 1 {
-			t.Errorf("README's settings table has %d rows for %s, want 1", n, name)
+		if n := settingsRows(string(ref), name); n != 1 {
+			t.Errorf("docs/settings.md has %d rows for %s, want 1", n, name)
 		}
 	}
 }
 
-// settingsRows counts the rows of the README's settings table (under "##
-// Settings") that name the variable in their first column.
-func settingsRows(readme, name string) int {
-	_, section, _ := strings.Cut(readme, "\n## Settings\n")
-	section, _, _ = strings.Cut(section, "\n## ")
+// settingsRows counts the rows of the settings reference's tables that
+// name the variable in their first column.
+func settingsRows(ref, name string) int {
 	n := 0
-	for line := range strings.SplitSeq(section, "\n") {
+	for line := range strings.SplitSeq(ref, "\n") {
 		if cells := strings.Split(line, "|"); len(cells) > 2 && strings.Contains(cells[1], "`"+name+"`") {
 			n++
 		}

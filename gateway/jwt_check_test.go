@@ -3,11 +3,8 @@ package gateway
 import (
 	"net/http"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // checkJWT runs a gateway that answers forward-auth only (no
@@ -19,9 +16,8 @@ import (
 func checkJWT(t *testing.T, jwksFile, trusted, rules string, extra ...string) (string, *running) {
 	t.Helper()
 	env := base()
-	addr := proctest.FreeAddr(t)
 	env["SLUICE_UPSTREAM"] = ""
-	env["SLUICE_CHECK_LISTEN"] = addr
+	env["SLUICE_CHECK_LISTEN"] = "127.0.0.1:0"
 	env["SLUICE_TRUSTED_PROXIES"] = trusted
 	env["SLUICE_RULES"] = rules
 	env["SLUICE_JWT_JWKS_FILE"] = jwksFile
@@ -32,10 +28,7 @@ func checkJWT(t *testing.T, jwksFile, trusted, rules string, extra ...string) (s
 		env[extra[i]] = extra[i+1]
 	}
 	_, r, _ := serveGatewayAsync(t, env, Options{Logger: zap.NewNop()})
-	if !proctest.Accepts(addr, nil, 60*time.Second, 20*time.Millisecond) {
-		t.Fatalf("SLUICE_CHECK_LISTEN %s does not accept within 60s", addr)
-	}
-	return "http://" + addr, r
+	return "http://" + r.addr(t, "SLUICE_CHECK_LISTEN"), r
 }
 
 // askJWT asks the check listener at url about GET uri from the client at

@@ -17,6 +17,8 @@ type stats struct {
 	Rules []struct {
 		Rule      string             `json:"rule"`
 		Decisions map[string]float64 `json:"decisions"`
+		Charged   *float64           `json:"charged_units"`
+		Charges   map[string]float64 `json:"charges"`
 	} `json:"rules"`
 	TopLimited []struct {
 		Rule, Key string

@@ -105,18 +105,35 @@ func (c *certificates) notAfter() time.Time {
 	return time.Time{}
 }
 
+// cipherSuites are the TLS 1.2 suites every listener offers: ECDHE key
+// exchange (forward secrecy) with an AEAD cipher, for ECDSA and RSA
+// certificates alike. Go's defaults add CBC suites with SHA-1 (and
+// would take RSA key exchange back with a GODEBUG); none is offered.
+// TLS 1.3's suites are Go's, which are all AEAD and not configurable.
+var cipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // serverConfig is the TLS configuration of a listener that offers
-// nextProtos (ALPN: "h2" and "http/1.1" for HTTP, "h2" for gRPC): each
-// handshake gets the certificates in force, and, with a client CA, must
-// present a client certificate that one of its CAs signed.
+// nextProtos (ALPN: "h2" and "http/1.1" for HTTP, "h2" for gRPC): TLS 1.2
+// with cipherSuites, or TLS 1.3; each handshake gets the certificates in
+// force, and, with a client CA, must present a client certificate that
+// one of its CAs signed.
 func (c *certificates) serverConfig(nextProtos ...string) *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: nextProtos,
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: cipherSuites,
+		NextProtos:   nextProtos,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			st := c.state.Load()
 			cfg := &tls.Config{
 				MinVersion:   tls.VersionTLS12,
+				CipherSuites: cipherSuites,
 				NextProtos:   nextProtos,
 				Certificates: []tls.Certificate{st.cert},
 			}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // pki is a certificate authority made by a test, and the files of the
@@ -136,6 +138,86 @@ func TestLoadTLS(t *testing.T) {
 		_, err := load(e)
 		if err == nil || !strings.HasSuffix(err.Error(), "\n  "+tc.want) {
 			t.Errorf("%v: %v, want %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// TestTLSSuites: at TLS 1.2 the public, check and gRPC listeners agree
+// only on ECDHE key exchange with an AEAD cipher (AES-GCM,
+// ChaCha20-Poly1305): a client that offers nothing but CBC suites (with
+// SHA-1 or SHA-256) or RSA key exchange fails its handshake, and one
+// that offers ECDHE-GCM or TLS 1.3 completes it.
+func TestTLSSuites(t *testing.T) {
+	p := newPKI(t)
+	certFile, keyFile, _ := p.issue(t, "server", false, time.Now().Add(time.Hour))
+	env := base()
+	env["SLUICE_UPSTREAM"] = "http://127.0.0.1:1" // never reached: only handshakes
+	env["SLUICE_RULES"] = "login: POST /api/login by ip 100/1m"
+	env["SLUICE_TLS_CERT_FILE"], env["SLUICE_TLS_KEY_FILE"] = certFile, keyFile
+	env["SLUICE_CHECK_LISTEN"], env["SLUICE_RLS_LISTEN"] = "127.0.0.1:0", "127.0.0.1:0"
+	_, r := serveGateway(t, env, Options{Logger: zap.NewNop()})
+	check, rlsAddr := r.addr(t, "SLUICE_CHECK_LISTEN"), r.addr(t, "SLUICE_RLS_LISTEN")
+	listeners := map[string]string{"public": strings.TrimPrefix(r.url, "http://"), "check": check, "grpc": rlsAddr}
+	refused := []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256,
+		tls.TLS_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_RSA_WITH_AES_128_CBC_SHA,
+	}
+	accepted := []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	}
+	handshake := func(addr string, cfg *tls.Config) (*tls.ConnectionState, error) {
+		cfg.RootCAs = p.pool
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		conn, err := tls.DialWithDialer(d, "tcp", addr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		st := conn.ConnectionState()
+		return &st, nil
+	}
+	for name, addr := range listeners {
+		for _, suite := range refused {
+			if _, err := handshake(addr, &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite}}); err == nil {
+				t.Errorf("%s: a TLS 1.2 handshake offering only %s succeeded", name, tls.CipherSuiteName(suite))
+			}
+		}
+		for _, suite := range accepted {
+			st, err := handshake(addr, &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite}})
+			if err != nil || st.CipherSuite != suite {
+				t.Errorf("%s: a TLS 1.2 handshake offering %s: %v", name, tls.CipherSuiteName(suite), err)
+			}
+		}
+		if st, err := handshake(addr, &tls.Config{MinVersion: tls.VersionTLS13}); err != nil || st.Version != tls.VersionTLS13 {
+			t.Errorf("%s: a TLS 1.3 handshake: %v", name, err)
+		}
+	}
+}
+
+// TestTLSSuitesListed: every TLS 1.2 suite a listener offers, whatever
+// its certificate's key, is ECDHE with an AEAD cipher.
+func TestTLSSuitesListed(t *testing.T) {
+	c := &certificates{}
+	c.state.Store(&certState{})
+	outer := c.serverConfig("h2")
+	inner, err := outer.GetConfigForClient(&tls.ClientHelloInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []*tls.Config{outer, inner} {
+		if len(cfg.CipherSuites) == 0 {
+			t.Fatal("no suites listed: Go's defaults, CBC with SHA-1 among them, would apply")
+		}
+		for _, s := range cfg.CipherSuites {
+			name := tls.CipherSuiteName(s)
+			if !strings.HasPrefix(name, "TLS_ECDHE_") || !(strings.Contains(name, "_GCM_") || strings.Contains(name, "_CHACHA20_POLY1305")) {
+				t.Errorf("%s offered", name)
+			}
 		}
 	}
 }

@@ -328,14 +328,24 @@ func needsToken(rules []*policy.Rule) bool {
 // not an identifier, so a forged token spends its sender's quota, never
 // its victim's.
 func (d *Decider) key(x *Decision, h http.Header, rule *policy.Rule, claims *jwt.Claims, bodyless bool, ipKey *string) (string, error) {
-	var (
-		value string
-		found bool
-		err   error
-	)
+	key, found, err := d.identityKey(x, h, rule, claims, bodyless)
+	if err != nil || found {
+		return key, err
+	}
+	return d.clientKey(x, ipKey), nil
+}
+
+// identityKey returns the hashed key of rule's own identity in the
+// request, and whether the request carries it: found is false for an ip
+// rule (the caller counts the client IP, clientKey), and for an
+// identifier that is absent, in the body when bodyless, or a claim
+// without a verified token. An ambiguous or invalid identifier is an
+// error.
+func (d *Decider) identityKey(x *Decision, h http.Header, rule *policy.Rule, claims *jwt.Claims, bodyless bool) (key string, found bool, err error) {
+	var value string
 	switch rule.Identity.Kind {
 	case policy.ByGlobal:
-		return d.global, nil
+		return d.global, true, nil
 	case policy.ByEmail:
 		if !bodyless {
 			value, found, err = x.Ident.Email(rule.Identity.Field)
@@ -344,19 +354,22 @@ func (d *Decider) key(x *Decision, h http.Header, rule *policy.Rule, claims *jwt
 		value, found, err = identity.Header(h, rule.Identity.Field)
 	case policy.ByJWT:
 		if value, found = claims.Claim(rule.Identity.Field); found {
-			return d.cfg.Hasher.JWTKey(d.issuer, rule.Identity.Field, value), nil
+			return d.cfg.Hasher.JWTKey(d.issuer, rule.Identity.Field, value), true, nil
 		}
 	}
-	if err != nil {
-		return "", err
+	if err != nil || !found {
+		return "", false, err
 	}
-	if found {
-		return d.cfg.Hasher.Key(rule.Identity.Kind.String(), value), nil
-	}
+	return d.cfg.Hasher.Key(rule.Identity.Kind.String(), value), true, nil
+}
+
+// clientKey returns the hashed key of the request's client IP (its /64
+// for IPv6), working it out once into *ipKey.
+func (d *Decider) clientKey(x *Decision, ipKey *string) string {
 	if *ipKey == "" {
 		*ipKey = d.cfg.Hasher.Key(policy.ByIP.String(), hashing.IPGroup(x.Client))
 	}
-	return *ipKey, nil
+	return *ipKey
 }
 
 // DescriptorKey returns the hashed key of an Envoy descriptor's counted
@@ -443,14 +456,24 @@ func (d *Decider) SetHeaders(h http.Header, checks []limiter.Check, out *limiter
 	res := &out.Results[i]
 	retry = max(CeilSeconds(res.RetryAfter), 1)
 	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
+	// The reset is the key's, rounded as on an allowed answer and in the
+	// admin API, so that all three agree to the second. Rounding the
+	// decision's instant plus the already rounded-up wait instead put it
+	// a second later whenever the decision fell inside a second. The
+	// instant a request of the rule's cost would first pass is never
+	// after the key's reset; should a store ever say so, the later one
+	// stands, so that a retry at the reset is never early.
+	reset := res.Reset
+	if at := res.Reset.Add(res.RetryAfter - res.ResetAfter); at.After(reset) {
+		reset = at
+	}
 	d.cfg.Headers.set(h, quota{
 		rule:      checks[i].Rule.Name,
 		limit:     res.Limit,
 		window:    res.Window,
 		remaining: 0,
 		resetIn:   retry,
-		// The store's clock at the decision, plus the wait.
-		resetAt: CeilUnix(res.Reset.Add(-res.ResetAfter).Add(time.Duration(retry) * time.Second)),
+		resetAt:   CeilUnix(reset),
 	})
 	return retry, i
 }

@@ -17,6 +17,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -48,6 +49,14 @@ type Config struct {
 	// NewTransport(DefaultTimeouts().Upstream).
 	Transport http.RoundTripper
 	Logger    *zap.Logger // nil means no logging
+	// UsagePath is SLUICE_USAGE_PATH: a canonical path where a GET or HEAD
+	// is answered by sluice with the caller's standing on every rule
+	// (usage.go), never forwarded; other methods there get 405. Empty
+	// turns the endpoint off. Usage is required with it.
+	UsagePath string
+	// Usage reads the counters the usage endpoint shows (the store's
+	// Peek).
+	Usage Peeker
 }
 
 // Proxy is the gateway's public handler. It is safe for concurrent use.
@@ -60,6 +69,8 @@ type Proxy struct {
 	states  sync.Pool
 	bodies  *bodyPool
 	upNames []string // metric label per route, then the default upstream
+	// usageMatch is the usage path in match form; "" when it is off.
+	usageMatch string
 }
 
 // requestState holds the per-request scratch space, pooled so a decision
@@ -86,11 +97,20 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if err := ValidateUsagePath(cfg.UsagePath); err != nil {
+		return nil, fmt.Errorf("proxy: UsagePath: %w", err)
+	}
+	if cfg.UsagePath != "" && cfg.Usage == nil {
+		return nil, errors.New("proxy: Usage is required with a UsagePath")
+	}
 	p := &Proxy{
 		cfg:    cfg,
 		dec:    cfg.Decider,
 		log:    cfg.Logger,
 		bodies: newBodyPool(cfg.MaxBodyBytes),
+	}
+	if cfg.UsagePath != "" {
+		p.usageMatch = policy.MatchPath(cfg.UsagePath)
 	}
 	p.states.New = func() any { return new(requestState) }
 	for _, r := range cfg.Routes {
@@ -151,8 +171,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer p.finish(r, st, began)
 	}
 
+	// net/http keeps a raw "#" in the path, where other readers see a
+	// fragment: the upstream's reading is unknown (policy.CheckTarget).
+	if err := policy.CheckTarget(r.RequestURI); err != nil {
+		WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
+		return
+	}
 	if prob := p.dec.Begin(x, r.Method, r.URL.EscapedPath(), r.RemoteAddr, r.Header); prob != nil {
 		WriteProblem(w, *prob)
+		return
+	}
+	usage := p.isUsage(x)
+	if usage && usageMethodNotAllowed(w, r.Method) {
 		return
 	}
 	// From here on, the only forwarding header is the one sluice sets.
@@ -191,6 +221,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(x.Rules) == 0 {
 		x.Verdict = OutcomeNoRule
+		if usage {
+			p.serveUsage(w, r, x)
+			return
+		}
 		st.upstream = p.forward(w, r, x.match, p.plain)
 		return
 	}
@@ -200,6 +234,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.dec.Decide(r.Context(), x)
 	if p.dec.Answer(w, x, 0) == 0 {
+		if usage { // the rules of its path allowed it
+			p.serveUsage(w, r, x)
+			return
+		}
+		if c := p.admittedCharges(x); c != nil {
+			r = r.WithContext(withCharges(r.Context(), c))
+		}
 		st.upstream = p.forward(w, r, x.match, p.rp)
 	}
 }
@@ -251,11 +292,19 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		proto = "https"
 	}
 	pr.Out.Header["X-Forwarded-Proto"] = []string{proto}
+	if c := chargesFrom(pr.In.Context()); c != nil && c.readsBody() {
+		// The counts are read from the body as it passes: ask for it as
+		// it is, not compressed.
+		pr.Out.Header["Accept-Encoding"] = []string{"identity"}
+	}
 }
 
 // modifyResponse drops an upstream's own rate-limit headers from responses
 // to requests a rule matched, so a client never sees two answers.
 func (p *Proxy) modifyResponse(res *http.Response) error {
+	if c := chargesFrom(res.Request.Context()); c != nil {
+		c.watch(res)
+	}
 	if p.dec.cfg.Headers.IETF || p.dec.cfg.Headers.X {
 		for _, h := range rateLimitHeaders {
 			delete(res.Header, h)

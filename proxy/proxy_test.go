@@ -75,7 +75,8 @@ type gatewayOpts struct {
 	clock       *storetest.Clock
 	readTimeout time.Duration // the server's ReadTimeout; 0: none
 	jwt         TokenVerifier
-	reject      bool // RejectInvalidTokens
+	reject      bool   // RejectInvalidTokens
+	usage       string // UsagePath, read through the store's Peek
 }
 
 // testGateway is a Proxy on a memory store with an injected clock, served
@@ -116,7 +117,7 @@ func (s *recordingStore) lastChecks() []string {
 	return last
 }
 
-func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGateway {
+func newGateway(t testing.TB, up *upstream, rules string, o gatewayOpts) *testGateway {
 	t.Helper()
 	pol, err := policy.Parse(rules)
 	if err != nil {
@@ -165,7 +166,11 @@ func newGateway(t *testing.T, up *upstream, rules string, o gatewayOpts) *testGa
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Upstream: upURL, Decider: dec, MaxBodyBytes: o.maxBody})
+	cfg := Config{Upstream: upURL, Decider: dec, MaxBodyBytes: o.maxBody, UsagePath: o.usage}
+	if o.usage != "" {
+		cfg.Usage = o.store.(Peeker)
+	}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +237,7 @@ var (
 	reDigits     = regexp.MustCompile(`^[0-9]+$`)
 )
 
-// check429 asserts every header and the body of a 429 as the README's Responses section gives them.
+// check429 asserts every header and the body of a 429 as docs/rules.md's Responses section gives them.
 func check429(t *testing.T, res *http.Response, body []byte, rule string, limit, windowSec int64) int64 {
 	t.Helper()
 	if res.StatusCode != http.StatusTooManyRequests {

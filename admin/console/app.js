@@ -121,6 +121,7 @@
   async function refresh() {
     if (Date.now() - rulesRead > RULES_EVERY) await loadRules();
     renderStats(await api('GET', '/v1/stats'));
+    if (usageQuery) await showUsage(usageQuery);
   }
 
   // --- rules --------------------------------------------------------------
@@ -141,6 +142,9 @@
     if (r.shadow) tags.push('shadow');
     if (r.fail && r.fail !== 'default') tags.push('fail=' + r.fail);
     if (r.cost > 1) tags.push('cost=' + r.cost);
+    if (r.tz) tags.push('tz=' + r.tz);
+    if (r.anchor > 1) tags.push('anchor=' + r.anchor);
+    if (r.charge) tags.push('charge=' + r.charge);
     return [r.limit + '/' + r.window, ...tags.map((t) => el('span', { class: 'tag' }, t))];
   }
 
@@ -248,6 +252,12 @@
       tr.querySelector('.spark').replaceChildren(spark(r.allowed, r.limited));
       const extra = [];
       for (const o of ['shadow_limited', 'failed_open', 'failed_closed', 'local']) if (d[o] > 0) extra.push(o + ' ' + d[o]);
+      if (r.charged_units !== undefined) {
+        // A charge rule: what its responses charged over the window.
+        extra.push('charged ' + r.charged_units.toLocaleString('en') + ' units');
+        for (const [k, v] of Object.entries(r.charges || {})) if (v > 0) extra.push(k + ' ' + v);
+        tr.querySelector('.limited').dataset.charged = String(r.charged_units);
+      }
       tr.title = extra.length ? 'last minute: ' + extra.join(', ') : '';
     }
     renderStore(s.store);
@@ -397,6 +407,43 @@
       $('override-message').textContent = e.message;
     }
     loadOverrides().catch(showError);
+  });
+
+  // --- usage ----------------------------------------------------------------
+
+  // showUsage shows an identity's standing on every rule keyed by its kind
+  // (GET /v1/usage), and keeps showing it: refresh reads it again.
+  let usageQuery = null;
+
+  function resetText(u) {
+    if (u.count === 0) return 'nothing counted';
+    return 'in ' + u.reset_after + ' s (' + new Date(u.reset * 1000).toLocaleTimeString('en-GB') + ')';
+  }
+
+  async function showUsage(q) {
+    try {
+      const data = await api('GET', '/v1/usage?' + q);
+      usageQuery = q;
+      const body = document.querySelector('#usage-table tbody');
+      body.replaceChildren(...data.usage.map((u) => el('tr', { 'data-rule': u.rule, class: u.count > u.limit ? 'over' : '' },
+        el('td', { class: 'name' }, u.rule),
+        el('td', { class: 'num count' }, u.count.toLocaleString('en')),
+        el('td', { class: 'num limit' }, u.limit.toLocaleString('en') + '/' + u.window),
+        el('td', { class: 'num remaining' }, u.remaining.toLocaleString('en')),
+        el('td', { class: 'reset' }, resetText(u)),
+        el('td', { class: 'mono', title: u.key }, shortKey(u.key)))));
+      $('usage-table').hidden = data.usage.length === 0;
+      $('usage-message').textContent = data.usage.length ? '' : 'No rule counts by ' + q.keys().next().value + '.';
+    } catch (e) {
+      usageQuery = null;
+      $('usage-table').hidden = true;
+      $('usage-message').textContent = e.message;
+    }
+  }
+
+  $('usage').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    showUsage(new URLSearchParams([[$('usage-kind').value, $('usage-value').value.trim()]]));
   });
 
   // --- start ---------------------------------------------------------------

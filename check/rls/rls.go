@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -59,6 +60,33 @@ type Server struct {
 	grpc *grpc.Server
 }
 
+// The bounds of one call. Envoy's calls carry a handful of descriptors
+// of a few short entries, and little metadata; the bounds keep what one
+// call may cost (counters created, keys hashed, memory) small and
+// known. A call beyond them is refused before anything is decided.
+const (
+	// MaxDescriptors is the most descriptors of one call.
+	MaxDescriptors = 64
+	// MaxEntries is the most entries of one descriptor.
+	MaxEntries = 16
+	// MaxValue is the longest value of an entry, in bytes; keys and the
+	// domain have the same bound.
+	MaxValue = 1 << 10
+	// MaxMetadata is the most metadata of one call, in bytes, counted as
+	// HTTP/2 counts a header list: each field's name and value plus 32.
+	MaxMetadata = 64 << 10
+	// maxHeaderList is what the transport reads of a call's headers at
+	// most (gRPC's own default, set here so that it is a decision): a
+	// larger list is refused by the transport (RST_STREAM, which a client
+	// reports as INTERNAL), so the contract's RESOURCE_EXHAUSTED is
+	// answered for everything between MaxMetadata and it.
+	maxHeaderList = 16 << 20
+	// maxMessage bounds a request message: the largest within the
+	// bounds, with room for its framing, so that no larger one is even
+	// decoded (gRPC answers RESOURCE_EXHAUSTED).
+	maxMessage = MaxDescriptors*MaxEntries*(2*MaxValue+16) + MaxValue + 64<<10
+)
+
 // New returns a Server for cfg; Serve runs it.
 func New(cfg Config) (*Server, error) {
 	if cfg.Decider == nil {
@@ -68,6 +96,9 @@ func New(cfg Config) (*Server, error) {
 		// Envoy keeps its connection to the service open and may ping it
 		// while idle; do not answer its pings with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxHeaderListSize(maxHeaderList),
+		grpc.MaxRecvMsgSize(maxMessage),
+		grpc.UnaryInterceptor(boundMetadata),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -75,6 +106,47 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{dec: cfg.Decider, grpc: grpc.NewServer(opts...)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s)
 	return s, nil
+}
+
+// boundMetadata refuses a call with more than MaxMetadata of metadata
+// with RESOURCE_EXHAUSTED, before its handler runs.
+func boundMetadata(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	size := 0
+	for name, values := range md {
+		for _, v := range values {
+			size += len(name) + len(v) + 32
+		}
+	}
+	if size > MaxMetadata {
+		return nil, status.Errorf(codes.ResourceExhausted, "the call carries %d bytes of metadata; at most %d are read", size, MaxMetadata)
+	}
+	return handler(ctx, req)
+}
+
+// checkShape reports, as INVALID_ARGUMENT, a request beyond the bounds
+// of one call: its domain, its number of descriptors, their entries, and
+// their keys and values.
+func checkShape(req *rlsv3.RateLimitRequest) error {
+	ds := req.GetDescriptors()
+	switch {
+	case len(req.GetDomain()) > MaxValue:
+		return status.Errorf(codes.InvalidArgument, "the domain is %d bytes long; at most %d are allowed", len(req.GetDomain()), MaxValue)
+	case len(ds) > MaxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "the call has %d descriptors; at most %d are allowed", len(ds), MaxDescriptors)
+	}
+	for i, d := range ds {
+		es := d.GetEntries()
+		if len(es) > MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; at most %d are allowed", i, len(es), MaxEntries)
+		}
+		for j, e := range es {
+			if len(e.GetKey()) > MaxValue || len(e.GetValue()) > MaxValue {
+				return status.Errorf(codes.InvalidArgument, "entry %d of descriptor %d has a key or value over %d bytes", j, i, MaxValue)
+			}
+		}
+	}
+	return nil
 }
 
 // Serve serves calls on l until Shutdown; it returns nil then.
@@ -121,7 +193,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // status UNAVAILABLE, so that Envoy applies its own failure mode
 // (failure_mode_deny); an answer with overall_code UNKNOWN would not do
 // it: Envoy asserts that it never gets one, and takes it for OK. A call
-// without a domain or descriptors is INVALID_ARGUMENT.
+// without a domain or descriptors, or beyond the bounds of one call
+// (MaxDescriptors, MaxEntries, MaxValue), is INVALID_ARGUMENT, and one
+// with more than MaxMetadata of metadata RESOURCE_EXHAUSTED; such a call
+// counts nothing.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	began := time.Now()
 	x := s.dec.Get()
@@ -134,6 +209,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if domain == "" || len(req.GetDescriptors()) == 0 {
 		code = http.StatusBadRequest
 		return nil, status.Error(codes.InvalidArgument, "a rate limit request needs a domain and at least one descriptor")
+	}
+	if err := checkShape(req); err != nil {
+		code = http.StatusBadRequest
+		return nil, err
 	}
 	owners := s.checks(x, req)
 	s.dec.Decide(ctx, x)
@@ -257,7 +336,11 @@ func descriptorStatus(x *proxy.Decision, idx []int) *rlsv3.RateLimitResponse_Des
 	}
 	r := &sub.Results[p]
 	st.CurrentLimit = currentLimit(checks[p].Rule.Name, r.Limit, r.Window)
-	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+	// A denied descriptor has no room for a call of its cost, whatever
+	// is left of its limit for a smaller one: 0, as its headers say r=0.
+	if st.Code == rlsv3.RateLimitResponse_OK {
+		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+	}
 	st.DurationUntilReset = durationpb.New(max(r.ResetAfter, 0))
 	return st
 }

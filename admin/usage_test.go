@@ -1,0 +1,156 @@
+package admin
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/jwt"
+	"github.com/sluicehq/sluice/proxy"
+)
+
+const (
+	usageIssuer = "https://auth.example/"
+	usageSecret = "an-hs256-secret-of-at-least-32-bytes"
+)
+
+// signHS256 signs claims as an HS256 token with usageSecret.
+func signHS256(t *testing.T, claims map[string]any) string {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString(payload)
+	mac := hmac.New(sha256.New, []byte(usageSecret))
+	mac.Write([]byte(signed))
+	return signed + "." + enc.EncodeToString(mac.Sum(nil))
+}
+
+// TestAdminUsage: GET /v1/usage lists, for one identity, every rule keyed
+// by its kind with the counts the gateway's requests left and the hashed
+// key, email rules included; it needs exactly one identity parameter,
+// and the token of every /v1 read.
+func TestAdminUsage(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // the fixture's clock
+	v, err := jwt.New(jwt.Config{Secret: []byte(usageSecret), Issuer: usageIssuer, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newAdminFixtureJWT(t, `
+login:  POST /api/login  by ip                5/15m
+reset:  POST /api/reset  by email             3/1h
+query:  GET  /api/query  by tenant            10/1d
+org:    GET  /api/*      by tenant(X-Org)     20/1h
+acct:   GET  /api/*      by header(X-Account) 7/1h
+user:   GET  /api/*      by jwt               9/1h
+api:    *    /api/*      by global            1000/1m
+edge:   *    rls:edge    by descriptor(remote_address) 5/1m`, "s3cret", v)
+	token := signHS256(t, map[string]any{"sub": "alice", "iss": usageIssuer, "exp": now.Unix() + 3600})
+	send := func(method, path string, hdr ...string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, f.public.URL+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("%s %s: %d", method, path, res.StatusCode)
+		}
+	}
+	for range 2 {
+		send("POST", "/api/login")
+	}
+	for range 3 {
+		send("GET", "/api/query", "X-Tenant-ID", "acme", "X-Org", "acme", "X-Account", "a-1", "Authorization", "Bearer "+token)
+	}
+	send("POST", "/api/reset?email=bob@example.com")
+
+	usage := func(query string) []proxy.Usage {
+		t.Helper()
+		code, body := call(t, "GET", f.admin.URL+"/v1/usage?"+query, "s3cret", "")
+		var u struct{ Usage []proxy.Usage }
+		if code != 200 || json.Unmarshal([]byte(body), &u) != nil || u.Usage == nil {
+			t.Fatalf("GET /v1/usage?%s: %d %s", query, code, body)
+		}
+		return u.Usage
+	}
+	at := now.Unix()
+	tenantKey := f.hasher.Key("tenant", "acme")
+	for _, tc := range []struct {
+		query string
+		want  []proxy.Usage
+	}{
+		{"tenant=acme", []proxy.Usage{
+			{Rule: "query", Limit: 10, Window: "1d", WindowSeconds: 86400, Count: 3, Remaining: 7, Reset: at + 86400, ResetAfter: 86400, Key: tenantKey},
+			{Rule: "org", Limit: 20, Window: "1h", WindowSeconds: 3600, Count: 3, Remaining: 17, Reset: at + 3600, ResetAfter: 3600, Key: tenantKey},
+		}},
+		{"tenant=+acme+", nil}, // trimmed as the proxy trims it: the same as tenant=acme
+		{"tenant=globex", []proxy.Usage{
+			{Rule: "query", Limit: 10, Window: "1d", WindowSeconds: 86400, Count: 0, Remaining: 10, Reset: at + 86400, ResetAfter: 86400, Key: f.hasher.Key("tenant", "globex")},
+			{Rule: "org", Limit: 20, Window: "1h", WindowSeconds: 3600, Count: 0, Remaining: 20, Reset: at + 3600, ResetAfter: 3600, Key: f.hasher.Key("tenant", "globex")},
+		}},
+		{"ip=127.0.0.1", []proxy.Usage{
+			{Rule: "login", Limit: 5, Window: "15m", WindowSeconds: 900, Count: 2, Remaining: 3, Reset: at + 900, ResetAfter: 900, Key: f.hasher.Key("ip", "127.0.0.1")},
+		}},
+		{"email=" + url.QueryEscape(" Bob@Example.com"), []proxy.Usage{
+			{Rule: "reset", Limit: 3, Window: "1h", WindowSeconds: 3600, Count: 1, Remaining: 2, Reset: at + 3600, ResetAfter: 3600, Key: f.hasher.Key("email", "bob@example.com")},
+		}},
+		{"header=a-1", []proxy.Usage{
+			{Rule: "acct", Limit: 7, Window: "1h", WindowSeconds: 3600, Count: 3, Remaining: 4, Reset: at + 3600, ResetAfter: 3600, Key: f.hasher.Key("header", "a-1")},
+		}},
+		{"jwt=alice", []proxy.Usage{
+			{Rule: "user", Limit: 9, Window: "1h", WindowSeconds: 3600, Count: 3, Remaining: 6, Reset: at + 3600, ResetAfter: 3600, Key: f.hasher.JWTKey(usageIssuer, "sub", "alice")},
+		}},
+	} {
+		got := usage(tc.query)
+		want := tc.want
+		if want == nil {
+			want = usage("tenant=acme")
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %+v, want %+v", tc.query, got, want)
+			continue
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: %+v, want %+v", tc.query, got[i], want[i])
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		query, token string
+		want         int
+	}{
+		{"", "s3cret", 400},
+		{"rule=query", "s3cret", 400},
+		{"tenant=acme&ip=127.0.0.1", "s3cret", 400},
+		{"tenant=acme&tenant=globex", "s3cret", 400},
+		{"ip=not-an-ip", "s3cret", 400},
+		{"tenant=", "s3cret", 400},
+		{"email=not-an-address%00", "s3cret", 400},
+		{"descriptor=10.0.0.1", "s3cret", 400},
+		{"tenant=acme", "", 401},
+		{"tenant=acme", "wrong", 401},
+	} {
+		code, body := call(t, "GET", f.admin.URL+"/v1/usage?"+tc.query, tc.token, "")
+		if code != tc.want {
+			t.Errorf("GET /v1/usage?%s (token %q): %d %s, want %d", tc.query, tc.token, code, body, tc.want)
+		}
+	}
+	// Reading counts nothing.
+	if got := usage("tenant=acme"); got[0].Count != 3 {
+		t.Errorf("after the reads, query counts %d", got[0].Count)
+	}
+}
