@@ -112,7 +112,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("sluiceEnv = %v", o.sluiceEnv)
 	}
 	for _, bad := range [][]string{
-		{"-scenarios", "5"},
+		{"-scenarios", "6"},
 		{"-targets", "nosuch"},
 		{"-env", "NOEQUALS"},
 		{"-rounds", "0"},
@@ -153,6 +153,7 @@ func TestRedisLimits(t *testing.T) {
 		"2": {"global=global,1000000000,1h0m0s"},
 		"3": {"global=global,1000000000,1h0m0s", "ip=ip,1000000,1h0m0s", "tenant=tenant,1000000000,1h0m0s"},
 		"4": {"ip=ip,10,24h0m0s"},
+		"5": {"ip=ip,100,1h0m0s"},
 	}
 	for _, s := range scenarios {
 		got, err := redisLimits(s.rules)

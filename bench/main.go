@@ -17,7 +17,8 @@
 //
 // The harness is a module of its own (bench/go.mod), which the product
 // never imports. Of sluice it imports hashing, limiter, limiter/postgres
-// and policy only (the soak and the fleet run the store in-process); the
+// and policy (the soak and the fleet run the store in-process), and
+// internal/proctest for its ports; the
 // baseline, the Redis peer and the upstream say in their package comments
 // what they import.
 package main
@@ -138,7 +139,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured load per round, scenario and target")
 	fs.IntVar(&o.rounds, "rounds", 3, "measured runs per scenario and target, taken in turns; the table gives medians")
 	fs.DurationVar(&o.deadline, "timeout", 20*time.Minute, "give up (and clean up) after this long")
-	fs.StringVar(&scen, "scenarios", "1,2,3,4", "scenarios to run, comma-separated")
+	fs.StringVar(&scen, "scenarios", "1,2,3,4,5", "scenarios to run, comma-separated")
 	fs.StringVar(&targets, "targets", strings.Join(defaultTargets, ","), "targets to measure, comma-separated, of "+strings.Join(knownTargets, ","))
 	fs.StringVar(&o.before, "before", "main", "git revision the before target is built from")
 	fs.Func("env", "extra KEY=VALUE setting for both sluice targets (repeatable), e.g. -env SLUICE_DB_TIMEOUT=100ms", func(s string) error {
@@ -272,7 +273,17 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	}
 
 	var results []result
+	var bursts []burstResult
 	for _, s := range opts.scenarios {
+		if s.burst > 0 {
+			fmt.Fprintf(progress, "scenario %s: %s\n", s.id, s.title)
+			rs, err := b.runBurst(ctx, s)
+			if err != nil {
+				return fmt.Errorf("scenario %s: %w", s.id, err)
+			}
+			bursts = append(bursts, rs...)
+			continue
+		}
 		script, err := writeScript(dir, "scenario"+s.id, s.mix)
 		if err != nil {
 			return err
@@ -288,7 +299,13 @@ func run(ctx context.Context, opts options, stdout, progress io.Writer) (err err
 	fmt.Fprintf(stdout, "Machine: %s. Go %s, PostgreSQL %s, %s, %s. Load: %d connections, %d wrk threads; per scenario and target %s warm-up, then %d rounds of %s taken in turns.\n\n",
 		machine(), strings.TrimPrefix(runtime.Version(), "go"), pgVersion, redisVersion, wrkV,
 		opts.load.connections, opts.load.threads, opts.warmup, opts.rounds, opts.duration)
-	writeTable(stdout, results)
+	if len(results) > 0 {
+		writeTable(stdout, results)
+	}
+	if len(bursts) > 0 {
+		fmt.Fprintln(stdout)
+		writeBurstTable(stdout, bursts)
+	}
 	for _, n := range b.notes {
 		fmt.Fprintln(stdout, "\nNote:", n)
 	}

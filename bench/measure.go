@@ -52,7 +52,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario, script string) ([]r
 			if t == targetRedis {
 				start = b.startRedis
 			}
-			sl, err := start(ctx, s, t)
+			sl, err := start(ctx, s, t, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -226,8 +226,9 @@ type server struct {
 }
 
 // startSluice starts sluice for scenario s on target t's store and waits
-// until it is ready (its store reachable).
-func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*server, error) {
+// until it is ready (its store reachable). Instances of one scenario and
+// target share their store; instance numbers them (0 for the only one).
+func (b *bench) startSluice(ctx context.Context, s scenario, t string, instance int) (*server, error) {
 	public, admin, err := freeAddrs()
 	if err != nil {
 		return nil, err
@@ -259,7 +260,7 @@ func (b *bench) startSluice(ctx context.Context, s scenario, t string) (*server,
 		exe = "sluice-before"
 	}
 	env = append(env, b.opts.sluiceEnv...) // last, so that they win
-	p, err := b.procs.start("sluice-"+t+"-s"+s.id, childEnv(env...), filepath.Join(b.dir, exe))
+	p, err := b.procs.start(procName("sluice-"+t+"-s"+s.id, instance), childEnv(env...), filepath.Join(b.dir, exe))
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // stopGrace is how long a process may take to exit after SIGTERM before it
@@ -89,6 +90,15 @@ func (ps *procs) stopAll() {
 	}
 }
 
+// procName names the instance-th process of a kind: name itself for the
+// first, so that a single process keeps its plain name.
+func procName(name string, instance int) string {
+	if instance == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s-%d", name, instance)
+}
+
 // failure describes why p is not usable, with the end of its log.
 func (p *proc) failure(err error) error {
 	b, _ := os.ReadFile(p.log)
@@ -126,15 +136,17 @@ func waitReady(ctx context.Context, p *proc, url string) error {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
-// ago. Another process could take it before the child binds it; the child
-// then fails to start and says so.
+// ago and that this run has not handed out before, from below the
+// kernel's ephemeral range (see proctest.FreePort: a port from that range,
+// as port 0 gives, can become the local end of any outgoing connection
+// before the child binds it). Another process could still take it first;
+// the child then fails to start and says so.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := proctest.Port()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return fmt.Sprintf("127.0.0.1:%d", p), nil
 }
 
 // freeAddrs is freeAddr for a public and an admin listener.

@@ -32,17 +32,7 @@ func TestProxiesShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	for _, tool := range []string{"wrk", "nginx"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, serr := os.Stat("/usr/sbin/" + tool); serr == nil {
-				continue
-			}
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s not found (CI is set)", tool)
-			}
-			t.Skipf("%s not found; install it (Debian: apt-get install wrk nginx-light)", tool)
-		}
-	}
+	requireTools(t, "wrk", "nginx")
 	o, err := parseProxiesFlags([]string{"-duration", "1s", "-rounds", "1", "-warmup", "0s", "-callers", "8", "-keys", "100", "-connections", "8"})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +56,23 @@ func TestProxiesShort(t *testing.T) {
 			if last := strings.TrimSpace(cells[len(cells)-2]); last != "0" {
 				t.Errorf("refused or failed requests: %s", line)
 			}
+		}
+	}
+}
+
+// requireTools skips t when one of the programs is neither on PATH nor in
+// /usr/sbin, or fails it when CI is set (CI installs them).
+func requireTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if _, serr := os.Stat("/usr/sbin/" + tool); serr == nil {
+				continue
+			}
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not found (CI is set)", tool)
+			}
+			t.Skipf("%s not found; install it (Debian: apt-get install wrk nginx-light)", tool)
 		}
 	}
 }

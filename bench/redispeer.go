@@ -44,7 +44,7 @@ func (b *bench) checkRedis(ctx context.Context) (string, error) {
 
 // startRedis starts the Redis peer for scenario s, with s's rules and a
 // key prefix of its own, and waits until it is ready (Redis answers).
-func (b *bench) startRedis(ctx context.Context, s scenario, _ string) (*server, error) {
+func (b *bench) startRedis(ctx context.Context, s scenario, _ string, instance int) (*server, error) {
 	limits, err := redisLimits(s.rules)
 	if err != nil {
 		return nil, err
@@ -64,7 +64,7 @@ func (b *bench) startRedis(ctx context.Context, s scenario, _ string) (*server, 
 	for _, l := range limits {
 		args = append(args, "-limit="+l)
 	}
-	p, err := b.procs.start("redis-s"+s.id, childEnv(), filepath.Join(b.dir, "redis"), args...)
+	p, err := b.procs.start(procName("redis-s"+s.id, instance), childEnv(), filepath.Join(b.dir, "redis"), args...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,9 @@ type scenario struct {
 	// measuring, each bad IP sends exhaust+1 requests, so that it starts
 	// over its limit and its denials come from the over-limit LRU.
 	exhaust int
+	// burst, when positive, makes this a burst scenario (burst.go) on a
+	// limit of burst: no wrk, no mix, and a table of its own.
+	burst int
 }
 
 // Limits far above what a run can send keep scenarios 1 to 3 under their
@@ -40,5 +43,11 @@ var scenarios = []scenario{
 		rules:   "ip: * /api/* by ip 10/1d",
 		mix:     mix{GoodIPs: 10000, BadIPs: 1000, BadShare: 19},
 		exhaust: 10,
+	},
+	{
+		id:    "5",
+		title: "burst: 1,000 at once on one key, three instances",
+		rules: "ip: * /api/* by ip 100/1h",
+		burst: 100,
 	},
 }

@@ -20,20 +20,11 @@ import (
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
-// sluiceBinary builds the sluice binary once per test run, as users build
-// it (no race detector), and returns its path.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	return proctest.Build(t, "github.com/sluicehq/sluice")
-}
+// sluiceBinary is the sluice binary, built once per test run as users
+// build it (no race detector); TestMain removes it.
+func sluiceBinary(t *testing.T) string { return proctest.Sluice(t) }
 
-// TestMain removes the binary sluiceBinary built, if any, once every test
-// of the package has run.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proctest.RemoveBuilt()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }
 
 // process is a sluice binary running as a child of the test, on free
 // loopback ports, its output collected.
@@ -44,14 +35,17 @@ type process struct {
 	exited        chan struct{}
 }
 
-// startProcess starts bin with env plus free SLUICE_LISTEN and
-// SLUICE_ADMIN_LISTEN ports; it is killed if the test binary dies, and
-// stopped when the test ends.
+// startProcess starts bin with env, its SLUICE_LISTEN and
+// SLUICE_ADMIN_LISTEN on loopback ports the kernel chooses (p.public and
+// p.admin are set by waitAccepts, from the log); it is killed if the test
+// binary dies, and stopped when the test ends. The log level is info for
+// the lines that give the ports: with the access log off, info adds only
+// the lines of start, reload and stop to the warnings.
 func startProcess(t *testing.T, bin string, env map[string]string) *process {
 	t.Helper()
-	p := &process{public: proctest.FreeAddr(t), admin: proctest.FreeAddr(t), out: &proctest.Buffer{}}
+	p := &process{out: &proctest.Buffer{}}
 	p.cmd = exec.Command(bin)
-	p.cmd.Env = []string{"SLUICE_LISTEN=" + p.public, "SLUICE_ADMIN_LISTEN=" + p.admin, "SLUICE_LOG_LEVEL=warn"}
+	p.cmd.Env = []string{"SLUICE_LISTEN=127.0.0.1:0", "SLUICE_ADMIN_LISTEN=127.0.0.1:0", "SLUICE_LOG_LEVEL=info"}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
@@ -65,9 +59,13 @@ func startProcess(t *testing.T, bin string, env map[string]string) *process {
 	return p
 }
 
-// waitAccepts waits until the public port accepts a connection.
+// waitAccepts waits until the public listener accepts a connection (the
+// process logs its address then, with the admin listener's) and sets
+// p.public and p.admin.
 func (p *process) waitAccepts(limit time.Duration) bool {
-	return proctest.Accepts(p.public, p.exited, limit, 2*time.Millisecond)
+	p.public = proctest.LoggedAddr(p.out, "listen", p.exited, limit)
+	p.admin = proctest.LoggedAddr(p.out, "admin_listen", p.exited, time.Second)
+	return p.public != "" && p.admin != ""
 }
 
 // stop sends SIGTERM and waits for the process to exit.
