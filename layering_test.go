@@ -1,20 +1,22 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
 // layers says which of sluice's packages each package's code (tests
-// aside) may import: the code map of the README, enforced. A package
+// aside) may import: the code map of docs/architecture.md, enforced. A package
 // missing here fails the test, so that a new one gets its place on the
 // map.
 var layers = map[string][]string{
 	// The leaves: what a rule is, how identifiers are hashed, the schema.
-	"policy":     nil,
-	"hashing":    nil,
+	"policy":     {"internal/textfold"},
+	"hashing":    {"internal/textfold"},
 	"migrations": nil,
 	// Verified bearer tokens and their key sets, and their test support.
 	"jwt":         {"internal/jsontext"},
@@ -28,8 +30,9 @@ var layers = map[string][]string{
 	// HTTP: identities from requests, then the proxy and the admin
 	// listener, which see the limiter and never a particular store.
 	"proxy/identity": {"hashing", "internal/jsontext"},
-	"proxy":          {"hashing", "jwt", "limiter", "policy", "proxy/identity"},
-	"admin":          {"hashing", "limiter", "policy", "proxy"},
+	"proxy/respscan": {},
+	"proxy":          {"hashing", "jwt", "limiter", "policy", "proxy/identity", "proxy/respscan"},
+	"admin":          {"hashing", "internal/jsontext", "limiter", "policy", "proxy"},
 	// The decision service for other proxies: forward-auth, then Envoy's
 	// rate limit service, both deciding through the proxy's Decider.
 	"check":     {"hashing", "limiter", "policy", "proxy", "proxy/identity"},
@@ -38,6 +41,7 @@ var layers = map[string][]string{
 	// that identity and jwt share.
 	"internal/httpserve": nil,
 	"internal/jsontext":  nil,
+	"internal/textfold":  nil,
 	// OpenTelemetry tracing from the OTEL_* variables.
 	"telemetry": nil,
 	// Test and measurement support.
@@ -45,7 +49,7 @@ var layers = map[string][]string{
 	"faults":            nil, // tests only: see testLayers
 	"internal/pgtest":   {"internal/proctest", "limiter/postgres"},
 	"deploy":            nil,
-	"bench":             {"hashing", "limiter", "limiter/postgres", "policy"},
+	"bench":             {"hashing", "limiter", "limiter/postgres", "policy", "internal/proctest"},
 	"bench/baseline":    {"internal/httpserve", "proxy"},
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
@@ -106,7 +110,7 @@ func TestLayering(t *testing.T) {
 		seen[pkg] = true
 		allowed, ok := layers[pkg]
 		if !ok {
-			t.Errorf("package %q has no place in the layers (layering_test.go and the README's code map)", pkg)
+			t.Errorf("package %q has no place in the layers (layering_test.go and the code map of docs/architecture.md)", pkg)
 			continue
 		}
 		check(pkg, "", fields[1:], allowed)
@@ -127,5 +131,53 @@ func TestLayering(t *testing.T) {
 				t.Errorf("layering_test.go names %q, which is no package: remove it", pkg)
 			}
 		}
+	}
+}
+
+// TestCodeMap: the code map of docs/architecture.md names every package
+// of layers, and names in its first column nothing that is not one, so
+// that the table a reader trusts stays the one this file enforces.
+func TestCodeMap(t *testing.T) {
+	b, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "\n## The code map\n")
+	if !ok {
+		t.Fatal(`docs/architecture.md has no "## The code map" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	listed := map[string]string{} // a row's package (first column): the row
+	code := regexp.MustCompile("`([a-z/]+)`")
+	for line := range strings.Lines(table) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			listed[m[1]] = line
+		}
+	}
+	for pkg := range layers {
+		if pkg == "" {
+			pkg = "main"
+		}
+		if _, ok := listed[pkg]; ok {
+			continue
+		}
+		// A package may share its parent's row (jwt/jwttest, bench/redis),
+		// which then names it.
+		parent, _, nested := strings.Cut(pkg, "/")
+		if row, ok := listed[parent]; !nested || !ok || !strings.Contains(row, "`"+pkg+"`") {
+			t.Errorf("package %q is not on the code map of docs/architecture.md: give it a row, or name it in its parent's", pkg)
+		}
+	}
+	for pkg := range listed {
+		if _, ok := layers[pkg]; !ok && pkg != "main" {
+			t.Errorf("the code map of docs/architecture.md has a row for %q, which is no package of layers", pkg)
+		}
+	}
+	if len(listed) < 20 {
+		t.Errorf("read %d rows of the code map: the reader of the table is broken", len(listed))
 	}
 }

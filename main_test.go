@@ -96,20 +96,11 @@ func TestDemoUpstream(t *testing.T) {
 	}
 }
 
-// sluiceBinary builds the sluice binary once per test run, as users build
-// it (no race detector), and returns its path.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	return proctest.Build(t, "github.com/sluicehq/sluice")
-}
+// sluiceBinary is the sluice binary, built once per test run as users
+// build it (no race detector); TestMain removes it.
+func sluiceBinary(t *testing.T) string { return proctest.Sluice(t) }
 
-// TestMain removes the binary sluiceBinary built, if any, once every test
-// of the package has run.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proctest.RemoveBuilt()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m)) }
 
 // TestSIGHUPNeverKills runs the real binary: SIGHUP with a good file, a
 // bad file, and a SIGHUP with no rules file at all leave it serving, and
@@ -122,18 +113,22 @@ func TestSIGHUPNeverKills(t *testing.T) {
 	bin := sluiceBinary(t)
 	rules := filepath.Join(dir, "rules")
 	os.WriteFile(rules, []byte("a: GET /a by ip 5/1m\n"), 0o600)
-	admin := proctest.FreeAddr(t)
 	for _, env := range [][]string{
 		{"SLUICE_RULES_FILE=" + rules},
 		{"SLUICE_RULES=a: GET /a by ip 5/1m"},
 	} {
 		cmd := exec.Command(bin)
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "SLUICE_UPSTREAM=http://127.0.0.1:9",
-			"SLUICE_LISTEN=" + proctest.FreeAddr(t), "SLUICE_ADMIN_LISTEN=" + admin}, env...)
-		var logs strings.Builder
-		cmd.Stderr = &logs
+			"SLUICE_LISTEN=127.0.0.1:0", "SLUICE_ADMIN_LISTEN=127.0.0.1:0"}, env...)
+		logs := &proctest.Buffer{}
+		cmd.Stderr = logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
+		}
+		admin := proctest.LoggedAddr(logs, "admin_listen", nil, 10*time.Second)
+		if admin == "" {
+			cmd.Process.Kill()
+			t.Fatalf("%v: no admin listener within 10 s; log:\n%s", env, logs.String())
 		}
 		waitHTTP(t, "http://"+admin+"/healthz")
 		for _, src := range []string{"a: GET /a by ip 6/1m\n", "a: GETT /a by ip 6/1m\n"} {

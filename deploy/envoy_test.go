@@ -132,7 +132,7 @@ func descriptors(t *testing.T, route *routev3.Route, client string) []*ratelimit
 }
 
 // TestEnvoyBootstrap: deploy/envoy/envoy.yaml is a valid Envoy bootstrap
-// whose rate limit filter calls sluice's gRPC listener (the README's
+// whose rate limit filter calls sluice's gRPC listener (docs/decision-service.md's
 // 127.0.0.1:8081) in the domain of deploy/envoy/rules, within sluice's
 // deadline; sluice, run with those rules, limits every descriptor its
 // routes produce, as Envoy sends them.
@@ -140,7 +140,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 	t.Parallel()
 	setup := rateLimitOf(t, readBootstrap(t))
 	if setup.service != "127.0.0.1:8081" {
-		t.Errorf("the rate limit service is at %s, not the README's SLUICE_RLS_LISTEN=127.0.0.1:8081", setup.service)
+		t.Errorf("the rate limit service is at %s, not docs/decision-service.md's SLUICE_RLS_LISTEN=127.0.0.1:8081", setup.service)
 	}
 	if d := setup.filter.GetTimeout().AsDuration(); d <= 50*time.Millisecond {
 		t.Errorf("timeout %v: not above sluice's default SLUICE_DB_TIMEOUT of 50ms", d)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // Link-time version and commit of the binary the tests build, as a release
@@ -44,26 +46,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// tool returns the path of the program name, installed by the Debian
-// package pkg. When it is missing the test is skipped, or failed when the
-// CI environment variable is set (.ci/run installs every tool).
+// tool is proctest.Tool: the path of the program name, which the Debian
+// package pkg installs; the test is skipped without it, or failed when CI
+// is set.
 func tool(t testing.TB, name, pkg string) string {
 	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	msg := fmt.Sprintf("%s not found; install it (Debian: apt-get install %s), or run .ci/run, which does", name, pkg)
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set: a deploy test may not be skipped)", msg)
-	}
-	t.Skipf("%s; skipping (this fails when CI is set)", msg)
-	return ""
+	return proctest.Tool(t, name, pkg)
 }
 
 var (
@@ -101,7 +89,8 @@ func httpGet(url string) (int, string) {
 	return do(http.MethodGet, url, "", "")
 }
 
-// do sends one request with an optional bearer token and body.
+// do sends one request with an optional bearer token and body (JSON, as
+// the admin API's writes must be).
 func do(method, url, token, body string) (int, string) {
 	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
 	if err != nil {
@@ -109,6 +98,9 @@ func do(method, url, token, body string) (int, string) {
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := client.Do(req)
 	if err != nil {

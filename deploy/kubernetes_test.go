@@ -608,12 +608,12 @@ func selects(selector, labels map[string]string) bool {
 	return true
 }
 
-// checkSecretsDocumented checks that the README tells how to create every
+// checkSecretsDocumented checks that docs/deploy.md tells how to create every
 // Secret key the manifests refer to (name/key by what uses it): the
 // Secrets themselves are never committed.
 func checkSecretsDocumented(t *testing.T, refs map[string]string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	b, err := os.ReadFile(filepath.Join(root, "docs", "deploy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,21 +622,21 @@ func checkSecretsDocumented(t *testing.T, refs map[string]string) {
 		name, key, _ := strings.Cut(ref, "/")
 		i := strings.Index(readme, "kubectl -n sluice create secret generic "+name+" ")
 		if i < 0 {
-			t.Errorf("%s comes from Secret %s, which the README does not say how to create", what, name)
+			t.Errorf("%s comes from Secret %s, which docs/deploy.md does not say how to create", what, name)
 			continue
 		}
 		command, _, _ := strings.Cut(readme[i:], "\nkubectl")
 		if !strings.Contains(command, "--from-literal="+key+"=") {
-			t.Errorf("%s comes from key %s of Secret %s, which the README's command does not create", what, key, name)
+			t.Errorf("%s comes from key %s of Secret %s, which docs/deploy.md's command does not create", what, key, name)
 		}
 	}
 }
 
 // TestKubernetesPostgres renders the CloudNativePG example and checks what
-// its comments and the README promise: one Cluster, in sluice's namespace,
+// its comments and docs/deploy.md promise: one Cluster, in sluice's namespace,
 // whose commits wait for any one of its standbys and never go on without
 // one, with a standby to spare so that losing one stops no commit; no
-// parameter that would undo that; and the README pointing sluice at the
+// parameter that would undo that; and docs/deploy.md pointing sluice at the
 // Service of its primary.
 func TestKubernetesPostgres(t *testing.T) {
 	t.Parallel()
@@ -680,12 +680,12 @@ func TestKubernetesPostgres(t *testing.T) {
 			t.Errorf("parameter %s = %q: the synchronous stanza and the server's default decide it", k, v)
 		}
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "docs", "deploy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "@sluice-db-rw:5432/") {
-		t.Error("the README does not point sluice's database URL at the Service sluice-db-rw")
+		t.Error("docs/deploy.md does not point sluice's database URL at the Service sluice-db-rw")
 	}
 }
 

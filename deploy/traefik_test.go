@@ -8,9 +8,9 @@ import (
 )
 
 // TestTraefikForwardAuth checks deploy/traefik/dynamic.yml as far as it
-// can without Traefik, which Debian does not package (the README says the
+// can without Traefik, which Debian does not package (docs/decision-service.md says the
 // snippet is not run): a forwardAuth middleware that asks sluice's check
-// listener at the README's address without trusting the client's
+// listener at the documented address without trusting the client's
 // forwarding headers, used by a router in front of the application.
 func TestTraefikForwardAuth(t *testing.T) {
 	var dyn struct {
@@ -52,7 +52,7 @@ func TestTraefikForwardAuth(t *testing.T) {
 		}
 		servers := dyn.HTTP.Services[r.Service].LoadBalancer.Servers
 		if len(servers) != 1 || servers[0].URL != "http://"+exampleApp {
-			t.Errorf("router %s: service %q has servers %v, want the README's application", name, r.Service, servers)
+			t.Errorf("router %s: service %q has servers %v, want the documented application", name, r.Service, servers)
 		}
 	}
 }
