@@ -6,10 +6,8 @@ package faults
 // say.
 
 import (
-	"context"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -92,29 +90,8 @@ func startGateway(t *testing.T, env map[string]string, opts gateway.Options) (g 
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opened := make(chan string, 1)
-	openPublic := func() (net.Listener, error) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err == nil {
-			opened <- "http://" + l.Addr().String()
-		}
-		return l, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx, admin, openPublic) }()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() { cancel(); runErr = <-done })
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
-	return &faultGateway{admin: "http://" + admin.Addr().String(), g: gw, stop: stop}, opened
+	admin, public, stop := proctest.Serve(t, gw.Run)
+	return &faultGateway{admin: admin, g: gw, stop: stop}, public
 }
 
 // durations collects the times the gateway took to serve requests, from
@@ -342,37 +319,11 @@ func (g *faultGateway) poolConnections(t *testing.T) int {
 	return int(n)
 }
 
-// countStatuses runs send(0) … send(n-1) concurrently and counts the status
-// codes they return; an error fails the test.
-func countStatuses(t *testing.T, n int, send func(i int) (int, error)) map[int]int {
-	t.Helper()
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			code, err := send(i)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	return codes
-}
-
 // burst sends n concurrent POST path with X-Key: key, spread over gws,
 // and counts the statuses; a transport error fails t.
 func burst(t *testing.T, gws []*faultGateway, path, key string, n int) map[int]int {
 	t.Helper()
-	return countStatuses(t, n, func(i int) (int, error) {
+	return proctest.CountStatuses(t, n, func(i int) (int, error) {
 		r, err := gws[i%len(gws)].post(path, key)
 		return r.status, err
 	})

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -74,13 +73,7 @@ func askCheck(c *http.Client, url, method, uri string) (int, error) {
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("X-Forwarded-Method", method)
 	req.Header.Set("X-Forwarded-Uri", uri)
-	res, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode, nil
+	return proctest.StatusOf(c.Do(req))
 }
 
 // TestDecisionServiceOnly: without SLUICE_UPSTREAM, sluice serves the

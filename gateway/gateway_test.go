@@ -125,29 +125,8 @@ func serveGatewayAsync(t *testing.T, env map[string]string, opts Options) (*Gate
 // the public listener's URL arrives on the channel when it opens.
 func runGateway(t *testing.T, g *Gateway) (*running, <-chan string) {
 	t.Helper()
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	public := make(chan string, 1)
-	openPublic := func() (net.Listener, error) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err == nil {
-			public <- "http://" + l.Addr().String()
-		}
-		return l, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx, admin, openPublic) }()
-	var once sync.Once
-	var serveErr error
-	stop := func() error {
-		once.Do(func() { cancel(); serveErr = <-done })
-		return serveErr
-	}
-	t.Cleanup(func() { stop() })
-	return &running{admin: "http://" + admin.Addr().String(), stop: stop}, public
+	admin, public, stop := proctest.Serve(t, g.Run)
+	return &running{admin: admin, stop: stop}, public
 }
 
 // get returns the status and body of GET url.
@@ -282,41 +261,9 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 // status codes.
 func fire(t *testing.T, gws []*running, n int) map[int]int {
 	t.Helper()
-	return countStatuses(t, n, func(i int) (int, error) {
-		res, err := http.Post(gws[i%len(gws)].url+"/api/login", "text/plain", nil)
-		if err != nil {
-			return 0, err
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode, nil
+	return proctest.CountStatuses(t, n, func(i int) (int, error) {
+		return proctest.StatusOf(http.Post(gws[i%len(gws)].url+"/api/login", "text/plain", nil))
 	})
-}
-
-// countStatuses runs send(0) … send(n-1) concurrently and counts the status
-// codes they return; an error fails the test.
-func countStatuses(t *testing.T, n int, send func(i int) (int, error)) map[int]int {
-	t.Helper()
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			code, err := send(i)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	return codes
 }
 
 func TestMigrateCommand(t *testing.T) {

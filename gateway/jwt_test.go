@@ -281,7 +281,7 @@ func TestJWTTwoGatewaysOnePostgres(t *testing.T) {
 		for _, name := range u.tokens {
 			tokens = append(tokens, m.Token(t, name))
 		}
-		codes := countStatuses(t, 12, func(i int) (int, error) {
+		codes := proctest.CountStatuses(t, 12, func(i int) (int, error) {
 			req, _ := http.NewRequest("GET", gws[i%2].url+"/api/x", nil)
 			req.Header.Set("Authorization", "Bearer "+tokens[(i/2)%len(tokens)])
 			res, err := http.DefaultClient.Do(req)

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -30,4 +31,42 @@ func Call(t testing.TB, method, url, token, body string) (int, string) {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
+}
+
+// CountStatuses runs send(0) … send(n-1) concurrently and counts the
+// status codes they return; an error fails t, once every send returned.
+func CountStatuses(t testing.TB, n int, send func(i int) (int, error)) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			code, err := send(i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return codes
+}
+
+// StatusOf returns the status of res, its body read to the end and closed
+// so that its connection is reused, or err: it takes what a client's Do,
+// Get or Post returns.
+func StatusOf(res *http.Response, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body) //nolint:errcheck // draining for reuse
+	res.Body.Close()
+	return res.StatusCode, nil
 }
