@@ -1,13 +1,11 @@
 package check
 
 import (
-	"bufio"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // The rules of the path tests: each limit is one, spent before the
@@ -59,26 +57,12 @@ var pathRefusals = []struct{ name, method, target string }{
 // library respells its target, and reads the answer.
 func rawSend(t *testing.T, addr, method, target string, header ...string) answer {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	msg := method + " " + target + " HTTP/1.1\r\nHost: sluice.test\r\nConnection: close\r\n"
 	for i := 0; i < len(header); i += 2 {
 		msg += header[i] + ": " + header[i+1] + "\r\n"
 	}
-	if _, err := io.WriteString(conn, msg+"Content-Length: 0\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return answer{res.StatusCode, res.Header, string(b)}
+	res, body := proctest.Raw(t, addr, msg+"Content-Length: 0\r\n\r\n", false)
+	return answer{res.StatusCode, res.Header, body}
 }
 
 // listeners are the two ways a fixture is asked about a request: through

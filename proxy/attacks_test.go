@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/identity"
 )
@@ -29,25 +28,7 @@ import (
 // closeWrite is set (a client that stops sending), and reads the response.
 func (g *testGateway) send(t *testing.T, msg string, closeWrite bool) (*http.Response, string) {
 	t.Helper()
-	conn, err := net.Dial("tcp", g.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(conn, msg); err != nil {
-		t.Fatal(err)
-	}
-	if closeWrite {
-		conn.(*net.TCPConn).CloseWrite()
-	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the response: %v", err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	return res, string(b)
+	return proctest.Raw(t, g.Listener.Addr().String(), msg, closeWrite)
 }
 
 // request builds a raw HTTP/1.1 request with a Content-Length body.

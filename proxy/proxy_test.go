@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -10,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/storetest"
@@ -211,24 +210,11 @@ func (g *testGateway) do(t *testing.T, method, path string, body string, hdr map
 // normalise the path first.
 func (g *testGateway) raw(t *testing.T, requestLine string, hdr ...string) *http.Response {
 	t.Helper()
-	conn, err := net.Dial("tcp", g.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	msg := requestLine + "\r\nHost: sluice.test\r\nContent-Length: 0\r\nConnection: close\r\n"
 	for _, h := range hdr {
 		msg += h + "\r\n"
 	}
-	if _, err := io.WriteString(conn, msg+"\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	res, _ := proctest.Raw(t, g.Listener.Addr().String(), msg+"\r\n", false)
 	return res
 }
 

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // TestProblemListener sends, on raw TCP, every kind of request net/http
@@ -53,7 +54,7 @@ func TestProblemListener(t *testing.T) {
 		{"unsupported version", "GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505, "malformed request: unsupported protocol version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, body := rawRequest(t, ln.Addr().String(), tc.request)
+			res, body := proctest.Raw(t, ln.Addr().String(), tc.request, false)
 			if res.StatusCode != tc.status || res.Header.Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("%d %q, want %d application/problem+json: %s", res.StatusCode, res.Header.Get("Content-Type"), tc.status, body)
 			}
@@ -69,29 +70,10 @@ func TestProblemListener(t *testing.T) {
 	}
 	mu.Unlock()
 
-	res, body := rawRequest(t, ln.Addr().String(), "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, body := proctest.Raw(t, ln.Addr().String(), "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n", false)
 	if res.StatusCode != 400 || res.Header.Get("Content-Type") != "text/plain; charset=utf-8" || body != "400 Bad Request" {
 		t.Fatalf("the handler's own response was changed: %d %q %q", res.StatusCode, res.Header.Get("Content-Type"), body)
 	}
-}
-
-// rawRequest writes request on a new connection and reads one response.
-func rawRequest(t *testing.T, addr, request string) (*http.Response, string) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	go io.WriteString(c, request) // a 431 may come before the request is all sent
-	res, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	return res, string(b)
 }
 
 // TestParseServerErrorShapes: only net/http's exact shape is rewritten.
