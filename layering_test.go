@@ -48,6 +48,7 @@ var layers = map[string][]string{
 	"internal/proctest": nil,
 	"faults":            nil, // tests only: see testLayers
 	"internal/pgtest":   {"internal/proctest", "limiter/postgres"},
+	"proxy/proxytest":   {"hashing", "limiter", "limiter/memory", "limiter/storetest", "policy", "proxy", "proxy/identity"},
 	"deploy":            nil,
 	"bench":             {"hashing", "limiter", "limiter/postgres", "policy", "internal/proctest"},
 	"bench/baseline":    {"internal/httpserve", "proxy"},

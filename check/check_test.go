@@ -10,15 +10,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/limiter/memory"
-	"github.com/sluicehq/sluice/limiter/storetest"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
-	"github.com/sluicehq/sluice/proxy/identity"
+	"github.com/sluicehq/sluice/proxy/proxytest"
 )
 
 // fixture is a forward-auth handler and a proxy sharing one decider on a
@@ -37,31 +32,7 @@ type options struct {
 
 func newFixture(t *testing.T, rules string, o options) *fixture {
 	t.Helper()
-	pol, err := policy.Parse(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	store := o.store
-	if store == nil {
-		store = memory.New(memory.Options{Now: clock.Now})
-	}
-	lim, err := limiter.New(limiter.Config{
-		Store: store, Local: memory.New(memory.Options{Now: clock.Now}),
-		Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000, Now: clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _ := hashing.New([]byte("check-test-key-0123456789"))
-	tp, err := identity.ParseTrustedProxies(o.trusted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := proxy.NewDecider(proxy.DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Trusted: tp, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dec := proxytest.NewDecider(t, rules, proxytest.DeciderOptions{Store: o.store, Trusted: o.trusted})
 	f := &fixture{upstream: &atomic.Int64{}}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.upstream.Add(1) }))
 	t.Cleanup(up.Close)

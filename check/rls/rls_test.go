@@ -15,12 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/hashing"
 	"github.com/sluicehq/sluice/limiter"
-	"github.com/sluicehq/sluice/limiter/memory"
-	"github.com/sluicehq/sluice/limiter/storetest"
-	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/proxytest"
 )
 
 // start serves a rate limit service for rules on a memory store at a
@@ -28,26 +24,7 @@ import (
 // go-control-plane's types, as Envoy calls it.
 func start(t *testing.T, rules string, store limiter.Store) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	pol, err := policy.Parse(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := storetest.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))
-	if store == nil {
-		store = memory.New(memory.Options{Now: clock.Now})
-	}
-	lim, err := limiter.New(limiter.Config{
-		Store: store, Local: memory.New(memory.Options{Now: clock.Now}),
-		Timeout: time.Second, DefaultFail: policy.FailOpen, CacheSize: 1000, Now: clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _ := hashing.New([]byte("rls-test-key-0123456789"))
-	dec, err := proxy.NewDecider(proxy.DeciderConfig{Policy: pol, Limiter: lim, Hasher: h, Headers: proxy.HeaderFamilies{IETF: true, X: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dec := proxytest.NewDecider(t, rules, proxytest.DeciderOptions{Now: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC), Store: store})
 	srv, err := New(Config{Decider: dec})
 	if err != nil {
 		t.Fatal(err)
