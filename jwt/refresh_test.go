@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/jwt/jwttest"
 )
 
@@ -217,7 +218,7 @@ func TestRunJWKSDown(t *testing.T) {
 	metrics := NewMetrics(reg)
 	srv := jwttest.NewServer(t, m.JWKS("rsa", "ec256"))
 	v := newVerifier(t, Config{JWKSURL: srv.URL, Logger: zap.New(core), Metrics: metrics}, c)
-	if got := gaugeValue(t, reg, "sluice_jwt_jwks_age_seconds"); !math.IsInf(got, 1) {
+	if got := proctest.Metric(t, reg, "sluice_jwt_jwks_age_seconds"); !math.IsInf(got, 1) {
 		t.Errorf("age before the first fetch: %v, want +Inf", got)
 	}
 	r := startRun(t, v)
@@ -236,7 +237,7 @@ func TestRunJWKSDown(t *testing.T) {
 		{"RS256 on the last good set", m.Token(t, "victim"), Valid},
 		{"ES256 on the last good set", m.Token(t, "ES256"), Valid},
 	})
-	if got := gaugeValue(t, reg, "sluice_jwt_jwks_age_seconds"); got != DefaultRefresh.Seconds() {
+	if got := proctest.Metric(t, reg, "sluice_jwt_jwks_age_seconds"); got != DefaultRefresh.Seconds() {
 		t.Errorf("age %v, want %v", got, DefaultRefresh.Seconds())
 	}
 	if got := counterValue(t, reg, "sluice_jwt_jwks_refreshes_total", "error"); got != 1 {
@@ -261,7 +262,7 @@ func TestRunJWKSDown(t *testing.T) {
 	if err := r.fetch(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := gaugeValue(t, reg, "sluice_jwt_jwks_age_seconds"); got != 0 {
+	if got := proctest.Metric(t, reg, "sluice_jwt_jwks_age_seconds"); got != 0 {
 		t.Errorf("age after a good fetch %v, want 0", got)
 	}
 }
@@ -592,41 +593,8 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// gaugeValue reads a gauge from reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
-}
-
 // counterValue reads one series of a counter vector from reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			for _, l := range mt.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return mt.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no series %s{result=%q}", name, result)
-	return 0
+	return proctest.Metric(t, reg, name+`{result="`+result+`"}`)
 }

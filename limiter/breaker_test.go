@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/limiter/storetest"
@@ -301,7 +302,7 @@ func TestBreakerMetricsAndLogs(t *testing.T) {
 	}
 	state := func() float64 {
 		t.Helper()
-		return gauge(t, reg, "sluice_store_breaker_state")
+		return proctest.Metric(t, reg, "sluice_store_breaker_state")
 	}
 	if s := state(); s != 0 {
 		t.Fatalf("initial state gauge %v, want 0", s)
@@ -363,22 +364,6 @@ sluice_store_breaker_transitions_total{to="open"} 4
 		closed.ContextMap()["outage"] != 4250*time.Millisecond || closed.ContextMap()["failed_probes"] != int64(3) {
 		t.Errorf("closing logged as %v %q %v", closed.Level, closed.Message, closed.ContextMap())
 	}
-}
-
-// gauge returns the value of the single-series gauge name in reg.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }
 
 func newLocal(c *storetest.Clock) *memory.Store { return memory.New(memory.Options{Now: c.Now}) }

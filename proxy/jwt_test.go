@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/jwt/jwttest"
 	"github.com/sluicehq/sluice/limiter"
@@ -490,20 +491,10 @@ func TestJWTVerifiedOncePerRequest(t *testing.T) {
 	g.send(t, get("/api/x", bearer(m.Token(t, "victim"))), false)
 	g.send(t, get("/api/x"), false)
 	g.send(t, get("/other", bearer(m.Token(t, "victim"))), false) // no rule: not read
-	mfs, err := g.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() == "sluice_jwt_tokens_total" {
-			for _, mt := range mf.GetMetric() {
-				counts[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
-			}
-		}
-	}
-	if counts["valid"] != 1 || counts["missing"] != 1 {
-		t.Fatalf("tokens_total %v, want valid 1 and missing 1", counts)
+	verified := proctest.Metric(t, g.reg, `sluice_jwt_tokens_total{result="valid"}`)
+	missing := proctest.Metric(t, g.reg, `sluice_jwt_tokens_total{result="missing"}`)
+	if verified != 1 || missing != 1 {
+		t.Fatalf("tokens_total valid %v and missing %v, want 1 each", verified, missing)
 	}
 }
 
