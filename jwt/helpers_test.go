@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/jwt/jwttest"
+	"github.com/sluicehq/sluice/limiter/storetest"
 )
 
 // T0 is the instant every test's clock starts at.
@@ -24,45 +24,19 @@ const (
 	secret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 )
 
-// clock is a test clock that only moves when told to.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// newClock returns a clock at T0 that only moves when told to.
+func newClock() *storetest.Clock { return storetest.NewClock(T0) }
 
-func newClock() *clock { return &clock{t: T0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// valid are the registered claims of a valid token at T0.
+var valid = jwttest.Claims{Issuer: issuer, Audience: audience, IssuedAt: T0.Add(-time.Minute), Expires: T0.Add(time.Hour)}
 
 // claims returns the claims of a valid token for sub at T0, changed by
 // the pairs of set (a nil value deletes the claim).
-func claims(sub string, set ...any) map[string]any {
-	m := map[string]any{"sub": sub, "iss": issuer, "aud": audience, "iat": T0.Unix() - 60, "exp": T0.Unix() + 3600}
-	for i := 0; i+1 < len(set); i += 2 {
-		if set[i+1] == nil {
-			delete(m, set[i].(string))
-		} else {
-			m[set[i].(string)] = set[i+1]
-		}
-	}
-	return m
-}
+func claims(sub string, set ...any) map[string]any { return valid.For(sub, set...) }
 
 // payload is claims as exact JSON text with more members appended as
 // written, for payloads Python's json would not write.
-func payload(sub, more string) string {
-	return `{"sub":"` + sub + `","iss":"` + issuer + `","aud":"` + audience + `","iat":` + itoa(T0.Unix()-60) + `,"exp":` + itoa(T0.Unix()+3600) + more + `}`
-}
+func payload(sub, more string) string { return valid.Text(sub, more) }
 
 func itoa(n int64) string { return strings.TrimSpace(string(must(json.Marshal(n)))) }
 
@@ -157,47 +131,26 @@ func attackTokens(trap string) []jwttest.Token {
 	}
 }
 
-// minted is what mintAll made, shared by every test of the package.
-var (
-	mintOnce  sync.Once
-	mintedAll *jwttest.Minted
-	trapURL   string
-	trapHits  func() int64
-)
+// minted mints the package's tokens once.
+var minted jwttest.Minter
 
 // mintAll mints every token of the package's tests once, with Python.
-// The trap is the server that jku and x5u point at; it lives for the
-// whole test binary.
 func mintAll(t testing.TB) *jwttest.Minted {
 	t.Helper()
-	jwttest.Python(t) // skips (or fails in CI) before the Once
-	mintOnce.Do(func() {
-		trap := jwttest.NewTrap(cleanupless{t})
-		trapURL, trapHits = trap.URL, trap.Hits
+	return minted.Mint(t, secret, keys, func(trapURL string) []jwttest.Token {
 		var specs []jwttest.Token
 		for _, v := range validTokens {
 			v.Claims = claims(v.Name)
 			specs = append(specs, v)
 		}
-		specs = append(specs, attackTokens(trap.URL)...)
-		mintedAll = jwttest.Mint(t, secret, keys, specs)
+		return append(specs, attackTokens(trapURL)...)
 	})
-	if mintedAll == nil {
-		t.Fatal("minting failed in an earlier test")
-	}
-	return mintedAll
 }
-
-// cleanupless is a testing.TB whose cleanups never run, for a server that
-// outlives the test that started it.
-type cleanupless struct{ testing.TB }
-
-func (cleanupless) Cleanup(func()) {}
 
 // newVerifier returns a Verifier for cfg on clock c. Unless cfg sets an
 // issuer or audiences (an empty, non-nil list sets none), it checks the
 // tests' issuer and audience.
-func newVerifier(t testing.TB, cfg Config, c *clock) *Verifier {
+func newVerifier(t testing.TB, cfg Config, c *storetest.Clock) *Verifier {
 	t.Helper()
 	if cfg.Issuer == "" && cfg.Audiences == nil {
 		cfg.Issuer, cfg.Audiences = issuer, []string{audience}
@@ -212,7 +165,7 @@ func newVerifier(t testing.TB, cfg Config, c *clock) *Verifier {
 
 // served returns a Verifier of the JWK set of names served by a new
 // server, fetched once.
-func served(t testing.TB, m *jwttest.Minted, c *clock, cfg Config, names ...string) (*Verifier, *jwttest.Server) {
+func served(t testing.TB, m *jwttest.Minted, c *storetest.Clock, cfg Config, names ...string) (*Verifier, *jwttest.Server) {
 	t.Helper()
 	srv := jwttest.NewServer(t, m.JWKS(names...))
 	cfg.JWKSURL = srv.URL

@@ -97,7 +97,7 @@ func TestVerifyPythonAttacks(t *testing.T) {
 	if n := len(m.Token(t, "oversize")); n <= MaxTokenBytes {
 		t.Errorf("the oversize token has only %d bytes", n)
 	}
-	if hits := trapHits(); hits != 0 {
+	if hits := minted.Trap().Hits(); hits != 0 {
 		t.Errorf("the server that jku and x5u point at was contacted %d times", hits)
 	}
 

@@ -1,6 +1,7 @@
 // Package jwttest is test support for verified identities: tokens minted
 // by PyJWT with keys made by jwcrypto (an implementation other than the
-// one sluice verifies with), a JWKS server that counts its fetches and can
+// one sluice verifies with), minted once per test binary (Minter), the
+// claims of valid tokens, a JWKS server that counts its fetches and can
 // go down, and a trap server that records whether anything contacted it.
 //
 // It is for tests only, and imports nothing of sluice.
@@ -19,6 +20,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,6 +143,90 @@ func Mint(t testing.TB, secret string, keys []Key, tokens []Token) *Minted {
 		t.Fatalf("reading what Python minted: %v", err)
 	}
 	return &m
+}
+
+// Minter mints a test package's keys and tokens once, with Python,
+// however many of its tests ask; its zero value is ready to use. Its
+// Trap, the server that the jku and x5u headers of tokens point at,
+// lives as long as the test binary.
+type Minter struct {
+	once   sync.Once
+	minted *Minted
+	trap   *Trap
+}
+
+// Mint returns what Mint(t, secret, keys, tokens(the trap's URL)) made
+// on the first call. It skips t (or fails it when the CI environment
+// variable is set) when there is no Python, and fails t when the first
+// call failed.
+func (m *Minter) Mint(t testing.TB, secret string, keys []Key, tokens func(trap string) []Token) *Minted {
+	t.Helper()
+	Python(t) // skips (or fails in CI) before the Once
+	m.once.Do(func() {
+		m.trap = NewTrap(forever{t})
+		m.minted = Mint(t, secret, keys, tokens(m.trap.URL))
+	})
+	if m.minted == nil {
+		t.Fatal("minting failed in an earlier test")
+	}
+	return m.minted
+}
+
+// Trap returns the trap of the tokens Mint made (nil before Mint).
+func (m *Minter) Trap() *Trap { return m.trap }
+
+// forever is a testing.TB whose cleanups never run, for a server that
+// outlives the test that started it.
+type forever struct{ testing.TB }
+
+func (forever) Cleanup(func()) {}
+
+// Claims are the registered claims that make a token valid for a
+// verifier: its issuer and audience, and when the tokens were issued and
+// expire.
+type Claims struct {
+	Issuer, Audience  string
+	IssuedAt, Expires time.Time
+}
+
+// For returns the claims of a valid token for sub, changed by the pairs
+// of set: a claim's name and its value, nil deleting the claim.
+func (c Claims) For(sub any, set ...any) map[string]any {
+	m := map[string]any{"sub": sub, "iss": c.Issuer, "aud": c.Audience, "iat": c.IssuedAt.Unix(), "exp": c.Expires.Unix()}
+	for i := 0; i+1 < len(set); i += 2 {
+		if set[i+1] == nil {
+			delete(m, set[i].(string))
+		} else {
+			m[set[i].(string)] = set[i+1]
+		}
+	}
+	return m
+}
+
+// Text is For(sub) as exact JSON text, sub and more (members, each after
+// a comma) written as they are before the closing brace: the payloads
+// Python's json would not write (a name twice, 1e300, a lone surrogate).
+func (c Claims) Text(sub, more string) string {
+	return `{"sub":"` + sub + `","iss":"` + c.Issuer + `","aud":"` + c.Audience + `","iat":` + strconv.FormatInt(c.IssuedAt.Unix(), 10) +
+		`,"exp":` + strconv.FormatInt(c.Expires.Unix(), 10) + more + `}`
+}
+
+// Attacks are tokens for the user "victim", valid by c but for their
+// attack, that a verifier must refuse whatever it is in front of: from
+// the wrong issuer or for the wrong audience, with a crit header, and
+// signed with a key the issuer never published under the kid of one it
+// did, alone and with jku or x5u pointing at trapURL. Their keys are
+// named as a caller's must be: "rsa" and "ec" published, "evil" not.
+func Attacks(c Claims, trapURL string) []Token {
+	victim := c.For("victim")
+	return []Token{
+		{Name: "wrong-iss", Alg: "RS256", Key: "rsa", Claims: c.For("victim", "iss", "https://evil.example/")},
+		{Name: "wrong-aud", Alg: "RS256", Key: "rsa", Claims: c.For("victim", "aud", "other")},
+		{Name: "crit", Alg: "RS256", Key: "rsa", Header: map[string]any{"crit": []any{"exp"}}, Claims: victim},
+		{Name: "jku", Alg: "ES256", Key: "evil", Kid: "ec", Header: map[string]any{"jku": trapURL + "/jwks.json"}, Claims: victim},
+		{Name: "x5u", Alg: "ES256", Key: "evil", Kid: "ec", Header: map[string]any{"x5u": trapURL + "/cert.pem"}, Claims: victim},
+		{Name: "evil-key", Alg: "ES256", Key: "evil", Kid: "ec", Claims: victim},
+	}
 }
 
 // Token returns the token of this name, failing t when there is none.
