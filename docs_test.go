@@ -297,6 +297,7 @@ func TestDocsRuleExamples(t *testing.T) {
 // sluice but of its tests, each with the file that reads it.
 var testSettings = map[string]string{
 	"SLUICE_TEST_DATABASE_URL": ".ci/postgres.sh",
+	"SLUICE_TEST_BINARY":       "internal/proctest/build.go",
 	"SLUICE_SCREENSHOT_DIR":    "gateway/console_test.go",
 }
 

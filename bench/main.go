@@ -38,6 +38,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // Targets, in the order each scenario measures them.
@@ -355,8 +357,7 @@ func buildAll(ctx context.Context, dir string) error {
 		{product, []string{"."}},
 		{harness, []string{"./baseline", "./redis", "./upstream"}},
 	} {
-		build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dest}, b.pkgs...)...)
-		build.Dir = b.dir
+		build := proctest.BuildCommand(ctx, b.dir, dest, "", b.pkgs...)
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build in %s: %w\n%s", b.dir, err, out)
 		}
@@ -394,8 +395,7 @@ func buildBefore(ctx context.Context, dir, rev string) error {
 	if err := untar.Wait(); err != nil {
 		return fmt.Errorf("untar %s: %w", rev, err)
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "sluice-before"), ".")
-	build.Dir = src
+	build := proctest.BuildCommand(ctx, src, filepath.Join(dir, "sluice-before"), "", ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build at %s: %w\n%s", rev, err, out)
 	}

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // findNginx returns nginx's path (Debian installs it in /usr/sbin).
@@ -37,8 +39,7 @@ func buildProxiesBench(ctx context.Context, dir string) error {
 		return err
 	}
 	for _, b := range []struct{ dir, pkg string }{{product, "."}, {harness, "./upstream"}} {
-		build := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), b.pkg)
-		build.Dir = b.dir
+		build := proctest.BuildCommand(ctx, b.dir, dir+string(filepath.Separator), "", b.pkg)
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build in %s: %w\n%s", b.dir, err, out)
 		}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -66,11 +65,8 @@ func sluiceBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "out", "sluice")
 	buildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-trimpath",
-			"-ldflags", "-s -w -X main.version="+testVersion+" -X main.commit="+testCommit,
-			"-o", bin, ".")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd := proctest.BuildCommand(context.Background(), root, bin,
+			"-s -w -X main.version="+testVersion+" -X main.commit="+testCommit, ".")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

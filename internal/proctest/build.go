@@ -1,6 +1,7 @@
 package proctest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,11 +11,33 @@ import (
 	"testing"
 )
 
+// BuildCommand returns the go build of pkgs in dir into out (a file, or a
+// directory when it ends in a separator), as the container image builds
+// sluice: static (CGO_ENABLED=0), with -trimpath, and ldflags when not
+// empty. Every build of the tests and the load harness goes through it, so
+// that one compiled package serves them all from the build cache (a
+// second flavour of the dependencies was minutes of a fresh machine's CI).
+func BuildCommand(ctx context.Context, dir, out, ldflags string, pkgs ...string) *exec.Cmd {
+	args := []string{"build", "-trimpath"}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
+	args = append(append(args, "-o", out), pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd
+}
+
+// BinaryEnv names a sluice binary already built (by .ci/test, once for
+// every package) that Sluice returns instead of building one.
+const BinaryEnv = "SLUICE_TEST_BINARY"
+
 // Build builds the command pkg (an import path of this module, such as
-// github.com/sluicehq/sluice) as its users build it, without the race
-// detector or any flag, once per test process however many tests ask,
-// and returns the binary's path. A package whose tests call it removes
-// what it built from TestMain, after m.Run, with RemoveBuilt.
+// github.com/sluicehq/sluice) as BuildCommand does, without the race
+// detector, once per test process however many tests ask, and returns the
+// binary's path. A package whose tests call it removes what it built from
+// TestMain, after m.Run, with RemoveBuilt.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
 	built.Lock()
@@ -34,7 +57,7 @@ func Build(t testing.TB, pkg string) string {
 			return
 		}
 		b.path = filepath.Join(dir, path.Base(pkg))
-		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+		if out, err := BuildCommand(context.Background(), "", b.path, "", pkg).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
@@ -68,9 +91,16 @@ type binary struct {
 	err  error
 }
 
-// Sluice is Build of the sluice command itself.
+// Sluice is Build of the sluice command itself, or the binary BinaryEnv
+// names.
 func Sluice(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv(BinaryEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("%s: %v", BinaryEnv, err)
+		}
+		return bin
+	}
 	return Build(t, "github.com/sluicehq/sluice")
 }
 
