@@ -12,18 +12,10 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
+// get sends GET url and returns the response, its body read.
 func get(t *testing.T, url string) (*http.Response, string) {
 	t.Helper()
-	res, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res, string(body)
+	return send(t, http.MethodGet, url, "", "", "", "")
 }
 
 // TestConsoleServed: GET / and the console's files are served without a

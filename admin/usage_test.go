@@ -1,9 +1,6 @@
 package admin
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -11,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/jwt"
+	"github.com/sluicehq/sluice/jwt/jwttest"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -18,20 +16,6 @@ const (
 	usageIssuer = "https://auth.example/"
 	usageSecret = "an-hs256-secret-of-at-least-32-bytes"
 )
-
-// signHS256 signs claims as an HS256 token with usageSecret.
-func signHS256(t *testing.T, claims map[string]any) string {
-	t.Helper()
-	enc := base64.RawURLEncoding
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc.EncodeToString(payload)
-	mac := hmac.New(sha256.New, []byte(usageSecret))
-	mac.Write([]byte(signed))
-	return signed + "." + enc.EncodeToString(mac.Sum(nil))
-}
 
 // TestAdminUsage: GET /v1/usage lists, for one identity, every rule keyed
 // by its kind with the counts the gateway's requests left and the hashed
@@ -52,7 +36,7 @@ acct:   GET  /api/*      by header(X-Account) 7/1h
 user:   GET  /api/*      by jwt               9/1h
 api:    *    /api/*      by global            1000/1m
 edge:   *    rls:edge    by descriptor(remote_address) 5/1m`, "s3cret", v)
-	token := signHS256(t, map[string]any{"sub": "alice", "iss": usageIssuer, "exp": now.Unix() + 3600})
+	token := jwttest.HS256(t, usageSecret, map[string]any{"sub": "alice", "iss": usageIssuer, "exp": now.Unix() + 3600})
 	send := func(method, path string, hdr ...string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, f.public.URL+path, nil)
