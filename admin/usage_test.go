@@ -2,11 +2,11 @@ package admin
 
 import (
 	"encoding/json"
-	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/jwt"
 	"github.com/sluicehq/sluice/jwt/jwttest"
 	"github.com/sluicehq/sluice/proxy"
@@ -39,16 +39,7 @@ edge:   *    rls:edge    by descriptor(remote_address) 5/1m`, "s3cret", v)
 	token := jwttest.HS256(t, usageSecret, map[string]any{"sub": "alice", "iss": usageIssuer, "exp": now.Unix() + 3600})
 	send := func(method, path string, hdr ...string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, f.public.URL+path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != 200 {
+		if res, _ := proctest.Send(t, method, f.public.URL+path, hdr...); res.StatusCode != 200 {
 			t.Fatalf("%s %s: %d", method, path, res.StatusCode)
 		}
 	}

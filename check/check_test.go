@@ -3,7 +3,6 @@ package check
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/proxytest"
@@ -65,22 +65,11 @@ func (f *fixture) ask(t *testing.T, path string, header ...string) answer {
 	return send(t, "GET", f.check.URL+path, header...)
 }
 
+// send sends method url with header as name, value pairs.
 func send(t *testing.T, method, url string, header ...string) answer {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(header); i += 2 {
-		req.Header.Add(header[i], header[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return answer{res.StatusCode, res.Header, string(b)}
+	res, body := proctest.Send(t, method, url, header...)
+	return answer{res.StatusCode, res.Header, body}
 }
 
 // about describes a request as Traefik and Caddy do.

@@ -213,15 +213,7 @@ func TestConsoleInChromium(t *testing.T) {
 		"SLUICE_ADMIN_TOKEN": token,
 	})
 	send := func(method, path string, header ...string) int {
-		req, _ := http.NewRequest(method, g.url+path, nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
+		res, _ := proctest.Send(t, method, g.url+path, header...)
 		return res.StatusCode
 	}
 

@@ -75,17 +75,7 @@ func testUsageThroughGateway(t *testing.T, env map[string]string) {
 	pat := jwttest.HS256(t, testJWTSecret, map[string]any{"sub": "pat", "tier": "pro", "iss": jwtIssuer, "iat": now - 60, "exp": now + 3600})
 	send := func(method, path string, hdr ...string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, g.url+path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		return res, string(body)
+		return proctest.Send(t, method, g.url+path, hdr...)
 	}
 	decode := func(what, body string) []usageEntry {
 		t.Helper()

@@ -24,13 +24,35 @@ func Call(t testing.TB, method, url, token, body string) (int, string) {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	res, b := Do(t, req)
+	return res.StatusCode, b
+}
+
+// Send sends method url with no body and the header pairs (a name, then
+// its value, each added) as Do does.
+func Send(t testing.TB, method, url string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	return Do(t, req)
+}
+
+// Do sends req on http.DefaultClient; it returns the response, its body
+// closed, and the body, and fails t if nothing answered.
+func Do(t testing.TB, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(b)
+	return res, string(b)
 }
 
 // CountStatuses runs send(0) … send(n-1) concurrently and counts the
