@@ -165,8 +165,10 @@ type batcher struct {
 	base   context.Context
 	cancel context.CancelFunc
 	// drains counts the drain goroutines, which live while there is work
-	// and end when the queue is empty; Run waits for them when it ends.
-	drains sync.WaitGroup
+	// and end when the queue is empty; Run waits for them when it ends,
+	// having set stopped, after which none starts (see stopBatch).
+	drains  sync.WaitGroup
+	stopped bool
 }
 
 // busyBatch is the batch size from which a drain gathers before its next
@@ -284,6 +286,25 @@ var errQueueFull = &faultError{kind: limiter.ErrorOverload, err: errors.New("pos
 // within the decision deadline, or that arrived while one was overdue.
 var errLate = &faultError{kind: limiter.ErrorTimeout, err: errors.New("postgres decide: the database has not answered a statement within the decision deadline (SLUICE_DB_TIMEOUT)")}
 
+// errStopped is the error of a decision asked of a store whose Run has
+// ended (or is ending): no statement starts any more.
+var errStopped = &faultError{kind: limiter.ErrorOther, err: errors.New("postgres decide: the store has stopped (its Run ended)")}
+
+// stopBatch makes every later decision and gathered renewal fail with
+// errStopped instead of starting a drain, and answers the renewals
+// gathered so far: Run then waits for the drains in flight, knowing that
+// no renewal timer starts one meanwhile (which would race with the wait,
+// and could grant units after returnAll gave the leases back).
+func (s *Store) stopBatch() {
+	r := &s.renewals
+	r.mu.Lock()
+	s.batch.mu.Lock()
+	s.batch.stopped = true
+	s.batch.mu.Unlock()
+	r.mu.Unlock()
+	s.flushRenewals()
+}
+
 // decideBatched is Decide through the batcher, with the lease requests io
 // (nil: none), which it fills with the answers. It also returns the
 // database's clock at the decision.
@@ -394,8 +415,11 @@ func (s *Store) flushRenewals() {
 	for _, rn := range pending {
 		c := newCall([]limiter.Check{rn.check}, []leaseIO{rn.io}, now)
 		c.renewal, c.onDone = true, rn.onDone
-		if b.overdue > 0 || len(b.queue) >= b.maxQueued {
+		if b.stopped || b.overdue > 0 || len(b.queue) >= b.maxQueued {
 			c.err = errQueueFull
+			if b.stopped {
+				c.err = errStopped
+			}
 			refused = append(refused, c)
 			continue
 		}
@@ -430,6 +454,10 @@ func (s *Store) flushRenewals() {
 func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*call)) (*call, <-chan struct{}, error) {
 	b := s.batch
 	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return nil, nil, errStopped
+	}
 	if b.overdue > 0 {
 		b.mu.Unlock()
 		return nil, nil, errLate

@@ -429,6 +429,7 @@ func (s *Store) Run(ctx context.Context) {
 	}
 	wg.Wait()
 	if s.batch != nil {
+		s.stopBatch()
 		s.batch.drains.Wait()
 	}
 	if s.leases != nil {
