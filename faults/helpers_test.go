@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
@@ -76,6 +77,20 @@ func startFault(t *testing.T, env map[string]string) *faultGateway {
 		t.Fatal("the public listener did not open within 60s")
 	}
 	return g
+}
+
+// clusterGateways starts a private cluster and n gateways on it with
+// faultEnv, in front of one upstream, each as startFault starts it.
+func clusterGateways(t *testing.T, n int) (*pgtest.Cluster, []*faultGateway) {
+	t.Helper()
+	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	up := newUpstream(t)
+	env := faultEnv(up.URL, c.URL())
+	var gws []*faultGateway
+	for range n {
+		gws = append(gws, startFault(t, env))
+	}
+	return c, gws
 }
 
 // startGateway runs a gateway for env and opts on loopback until the test

@@ -7,8 +7,6 @@ package faults
 import (
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestFaultPauseAndKill: under traffic on every gateway, Postgres is
@@ -18,10 +16,7 @@ import (
 // get exactly their limit, and no 503. /readyz never says 200 while a
 // breaker is open. Ten times.
 func TestFaultPauseAndKill(t *testing.T) {
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
-	up := newUpstream(t)
-	env := faultEnv(up.URL, c.URL())
-	gws := []*faultGateway{startFault(t, env), startFault(t, env), startFault(t, env)}
+	c, gws := clusterGateways(t, 3)
 	waitReady(t, gws, 10*time.Second)
 	faultRounds(t, gws, gws, 3, 30*time.Second, func() {
 		c.Pause(t)

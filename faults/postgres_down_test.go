@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-
-	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestFaultPostgresStopped: Postgres stops in the middle of traffic. Every
@@ -22,10 +20,7 @@ import (
 // their limit per instance. Postgres starts again: exact shared decisions
 // resume within seconds, without a restart.
 func TestFaultPostgresStopped(t *testing.T) {
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
-	up := newUpstream(t)
-	env := faultEnv(up.URL, c.URL())
-	gws := []*faultGateway{startFault(t, env), startFault(t, env)}
+	c, gws := clusterGateways(t, 2)
 	expectExact(t, gws, "before")
 
 	bg := startTraffic(gws, 2)
@@ -132,14 +127,10 @@ func TestFaultPostgresStopped(t *testing.T) {
 // through: the idle one learnt of the outage by itself and made its pool
 // warm again before saying ready. Ten times.
 func TestFaultIdleInstanceRecovers(t *testing.T) {
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
-	up := newUpstream(t)
-	env := faultEnv(up.URL, c.URL())
-	busy, idle := startFault(t, env), startFault(t, env)
-	gws := []*faultGateway{busy, idle}
+	c, gws := clusterGateways(t, 2) // busy and idle
 	waitReady(t, gws, 10*time.Second)
 	expectExactNow(t, gws, "before")
-	faultRounds(t, gws, []*faultGateway{busy}, 1, 20*time.Second, func() {
+	faultRounds(t, gws, gws[:1], 1, 20*time.Second, func() {
 		c.Stop(t)
 		waitOpen(t, gws)
 		time.Sleep(500 * time.Millisecond) // an outage of a moment
@@ -153,10 +144,7 @@ func TestFaultIdleInstanceRecovers(t *testing.T) {
 // outage (the fast path remembers it) or after; and once every /readyz
 // answers 200 the store decides fresh keys exactly.
 func TestFaultRestartUnderTraffic(t *testing.T) {
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
-	up := newUpstream(t)
-	env := faultEnv(up.URL, c.URL())
-	gws := []*faultGateway{startFault(t, env), startFault(t, env)}
+	c, gws := clusterGateways(t, 2)
 	waitReady(t, gws, 10*time.Second)
 	expectExactNow(t, gws, "used-up") // both keys at their limit now
 
