@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -288,14 +289,11 @@ func TestTracingKeepsStreams(t *testing.T) {
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") == "websocket" {
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
+			conn, brw := proctest.AcceptWebSocket(t, w)
+			if conn == nil {
 				return
 			}
 			defer conn.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-			brw.Flush()
 			line, _ := brw.ReadString('\n')
 			brw.WriteString("echo " + line)
 			brw.Flush()

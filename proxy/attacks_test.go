@@ -297,14 +297,9 @@ func TestAttackUpgrade(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		upgrades = append(upgrades, r.Header.Get("Upgrade")+"|"+r.Header.Get("Http2-Settings"))
 		if r.Header.Get("Upgrade") == "websocket" {
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
+			if conn, _ := proctest.AcceptWebSocket(t, w); conn != nil {
+				conn.Close()
 			}
-			defer conn.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-			brw.Flush()
 			return
 		}
 		io.WriteString(w, "plain")

@@ -38,3 +38,19 @@ func Raw(t testing.TB, addr, request string, halfClose bool) (*http.Response, st
 	res.Body.Close()
 	return res, string(b)
 }
+
+// AcceptWebSocket answers, from an upstream's handler, a WebSocket
+// upgrade with 101 Switching Protocols on the connection it hijacks from
+// w, and returns the connection, which the caller closes, and its
+// buffered reader and writer. When w cannot be hijacked it reports the
+// error on t and returns a nil connection.
+func AcceptWebSocket(t testing.TB, w http.ResponseWriter) (net.Conn, *bufio.ReadWriter) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Error(err)
+		return nil, nil
+	}
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	brw.Flush()
+	return conn, brw
+}
