@@ -47,14 +47,7 @@ func TestQuickstart(t *testing.T) {
 		}
 		l.Close()
 	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := quickstartBlocks(t, string(readme))
-	if len(blocks) != 2 {
-		t.Fatalf("found %d shell blocks to run in the Quickstart, want 2", len(blocks))
-	}
+	blocks := quickstartBlocks(t)
 
 	cluster := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	dir := t.TempDir()
@@ -95,11 +88,17 @@ func TestQuickstart(t *testing.T) {
 	}
 }
 
-// quickstartBlocks returns the ```sh blocks of the README's Quickstart
-// section, less those marked with quickstartSkip.
-func quickstartBlocks(t *testing.T, readme string) []string {
+// quickstartBlocks returns the ```sh blocks of README.md's Quickstart
+// section, less those marked with quickstartSkip: the blocks
+// TestQuickstart runs. It fails t unless there are two, the gateway on
+// memory, then on Postgres.
+func quickstartBlocks(t *testing.T) []string {
 	t.Helper()
-	_, section, ok := strings.Cut(readme, "\n## Quickstart\n")
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Quickstart\n")
 	if !ok {
 		t.Fatal("README has no Quickstart section")
 	}
@@ -118,6 +117,9 @@ func quickstartBlocks(t *testing.T, readme string) []string {
 		if !skip {
 			blocks = append(blocks, strings.Join(b, "\n"))
 		}
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("found %d shell blocks to run in the Quickstart, want 2", len(blocks))
 	}
 	return blocks
 }
