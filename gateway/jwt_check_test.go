@@ -15,15 +15,10 @@ import (
 // accepts, and the running gateway (for its admin listener).
 func checkJWT(t *testing.T, jwksFile, trusted, rules string, extra ...string) (string, *running) {
 	t.Helper()
-	env := base()
-	env["SLUICE_UPSTREAM"] = ""
+	env := jwtEnv("", "", rules) // no upstream, and the keys in a file
+	env["SLUICE_JWT_JWKS_FILE"] = jwksFile
 	env["SLUICE_CHECK_LISTEN"] = "127.0.0.1:0"
 	env["SLUICE_TRUSTED_PROXIES"] = trusted
-	env["SLUICE_RULES"] = rules
-	env["SLUICE_JWT_JWKS_FILE"] = jwksFile
-	env["SLUICE_JWT_SECRET"] = testJWTSecret
-	env["SLUICE_JWT_ISSUER"] = jwtIssuer
-	env["SLUICE_JWT_AUDIENCE"] = jwtAudience
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]
 	}
