@@ -55,17 +55,23 @@ func TestKeyMatchesReferenceHMAC(t *testing.T) {
 	}
 }
 
-func TestKeySeparatesDomainsAndKeys(t *testing.T) {
-	h1, _ := New([]byte("key-one"))
-	h2, _ := New([]byte("key-two"))
+// distinct returns add, which records the key k under name and fails t
+// when another name recorded k before.
+func distinct(t *testing.T) (add func(name, k string)) {
 	seen := map[string]string{}
-	add := func(name, k string) {
+	return func(name, k string) {
 		t.Helper()
 		if prev, ok := seen[k]; ok {
 			t.Errorf("%s collides with %s", name, prev)
 		}
 		seen[k] = name
 	}
+}
+
+func TestKeySeparatesDomainsAndKeys(t *testing.T) {
+	h1, _ := New([]byte("key-one"))
+	h2, _ := New([]byte("key-two"))
+	add := distinct(t)
 	for _, kind := range []string{"ip", "email", "tenant", "header", "global"} {
 		add("h1 "+kind, h1.Key(kind, "acme"))
 		add("h2 "+kind, h2.Key(kind, "acme"))
@@ -103,14 +109,7 @@ func TestJWTKey(t *testing.T) {
 		}
 	}
 
-	seen := map[string]string{}
-	add := func(name, k string) {
-		t.Helper()
-		if prev, ok := seen[k]; ok {
-			t.Errorf("%s collides with %s", name, prev)
-		}
-		seen[k] = name
-	}
+	add := distinct(t)
 	for _, kind := range []string{"ip", "email", "tenant", "header", "global"} {
 		add(kind+" 1.2.3.4", h.Key(kind, "1.2.3.4"))
 	}
