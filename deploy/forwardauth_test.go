@@ -222,16 +222,26 @@ func expectLimited(t *testing.T, base string, a *app) {
 
 const proxyRules = "hello: GET /hello by ip 3/1m; q: GET /q by tenant 5/1m"
 
+// limitedBehind starts sluice's decision service for proxyRules, and in
+// front of a new app the proxy that start runs, asking it; it checks
+// expectLimited through the proxy, and returns the proxy's base URL, the
+// app and sluice.
+func limitedBehind(t *testing.T, start func(t *testing.T, check, upstream string) string) (string, *app, *process) {
+	t.Helper()
+	a := newApp(t)
+	check, sl := decisionService(t, map[string]string{"SLUICE_RULES": proxyRules})
+	base := start(t, check, a.addr())
+	expectLimited(t, base, a)
+	return base, a, sl
+}
+
 // TestNginxAuthRequest runs deploy/nginx/sluice.conf with Debian's nginx:
 // six requests against a limit of three give three to the app and three
 // 429s with Retry-After and the RateLimit headers; a request sluice
 // cannot read is 400, and with sluice gone, 503 with Retry-After.
 func TestNginxAuthRequest(t *testing.T) {
 	t.Parallel()
-	a := newApp(t)
-	check, sl := decisionService(t, map[string]string{"SLUICE_RULES": proxyRules})
-	base := startNginx(t, check, a.addr())
-	expectLimited(t, base, a)
+	base, a, sl := limitedBehind(t, startNginx)
 
 	r := get(t, base+"/q", "X-Tenant-ID", "acme", "X-Tenant-ID", "other")
 	if r.code != 400 || r.header.Get("Retry-After") != "" || !strings.Contains(r.body, `"status":400`) {
@@ -253,10 +263,7 @@ func TestNginxAuthRequest(t *testing.T) {
 // the same six requests, and sluice's own 400 passed through.
 func TestCaddyForwardAuth(t *testing.T) {
 	t.Parallel()
-	a := newApp(t)
-	check, _ := decisionService(t, map[string]string{"SLUICE_RULES": proxyRules})
-	base := startCaddy(t, check, a.addr())
-	expectLimited(t, base, a)
+	base, _, _ := limitedBehind(t, startCaddy)
 	r := get(t, base+"/hello")
 	if !strings.Contains(r.body, `"violated-policies":["hello"]`) {
 		t.Errorf("Caddy passes sluice's 429 as it is: %s", r.body)
