@@ -60,25 +60,27 @@ func startRun(t *testing.T, v *Verifier) *runner {
 // timer returns the next timer Run waits on.
 func (r *runner) timer(t *testing.T) timerReq {
 	t.Helper()
-	select {
-	case tr := <-r.timers:
-		return tr
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run set no timer")
-	}
-	return timerReq{}
+	return receive(t, r.timers, "Run set no timer")
 }
 
 // fetch waits for Run's next fetch and returns its error.
 func (r *runner) fetch(t *testing.T) error {
 	t.Helper()
+	return receive(t, r.fetched, "Run made no fetch")
+}
+
+// receive returns the next value on c, failing t with msg when none
+// comes within 10 s: Run's goroutine sends it.
+func receive[T any](t *testing.T, c <-chan T, msg string) T {
+	t.Helper()
 	select {
-	case err := <-r.fetched:
-		return err
+	case v := <-c:
+		return v
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run made no fetch")
+		t.Fatal(msg)
 	}
-	return nil
+	var zero T
+	return zero
 }
 
 // noFetch checks that Run has made no fetch that the test has not seen
