@@ -124,13 +124,7 @@ func TestAdminBearerScheme(t *testing.T) {
 		}
 	}
 	// Two Authorization lines are no token, even when one is right.
-	req, _ := http.NewRequest("GET", f.admin.URL+"/v1/rules", nil)
-	req.Header["Authorization"] = []string{"Bearer s3cret", "Bearer wrong"}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
+	res, _ := proctest.Send(t, "GET", f.admin.URL+"/v1/rules", "Authorization", "Bearer s3cret", "Authorization", "Bearer wrong")
 	if res.StatusCode != 401 {
 		t.Errorf("two Authorization lines: %d, want 401", res.StatusCode)
 	}
