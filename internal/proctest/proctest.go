@@ -3,8 +3,11 @@
 // building the binary, finding a tool, free loopback ports and the
 // address a child logged for a listener given port 0, a buffer for a
 // child's output, starting a child that dies with the test and stopping
-// it, waiting for a port to accept, reading a Prometheus exposition, small
-// HTTP calls, and running a gateway's Run in-process on loopback.
+// it, waiting for a port to accept, reading a Prometheus exposition or a
+// registry's series, small HTTP calls (raw bytes on a connection among
+// them, and an upstream's WebSocket upgrade), counting the statuses of
+// concurrent requests, and running a gateway's Run in-process on
+// loopback.
 //
 // It is for tests (and the load harness in bench/) only, and imports
 // nothing of sluice.
