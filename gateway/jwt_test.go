@@ -1,10 +1,6 @@
 package gateway
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -305,17 +301,9 @@ func TestJWTAttacksThroughGateway(t *testing.T) {
 	if err := json.Unmarshal(payload, &victimClaims); err != nil {
 		t.Fatal(err)
 	}
-	evil, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	embedded := func() string { // the attacker's key in the header, under the issuer's kid
-		jwk := fmt.Sprintf(`{"kty":"EC","crv":"P-256","x":"%s","y":"%s"}`, enc(evil.X.FillBytes(make([]byte, 32))), enc(evil.Y.FillBytes(make([]byte, 32))))
-		in := enc([]byte(`{"alg":"ES256","kid":"ec","jwk":`+jwk+`}`)) + "." + p
-		sum := sha256.Sum256([]byte(in))
-		r, s, _ := ecdsa.Sign(rand.Reader, evil, sum[:])
-		return in + "." + enc(append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...))
-	}()
+	// The attacker's key in the header, under the issuer's kid.
+	evil := jwttest.NewAttacker(t)
+	embedded := evil.ES256(`{"alg":"ES256","kid":"ec","jwk":`+evil.JWK()+`}`, payload)
 	forgeries := []struct{ name, token string }{
 		{"alg none", enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + p + "."},
 		{"HS256 signed with the RSA public key", jwttest.HS256(t, m.PEM["rsa"], victimClaims)},

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/jwt/jwttest"
 )
 
 // fuzzKeys are fixed keys, so that every fuzzing process (the coordinator
@@ -76,7 +78,7 @@ func (k fuzzKeys) sign(alg, kid string, claims []byte) string {
 	case "RS256":
 		sig = must(rsa.SignPKCS1v15(nil, k.rsa, crypto.SHA256, sum[:]))
 	case "ES256":
-		sig = signES256(k.ec, []byte(in))
+		sig = jwttest.SignES256(k.ec, []byte(in))
 	case "EdDSA":
 		sig = ed25519.Sign(k.ed, []byte(in))
 	}

@@ -1,19 +1,14 @@
 package jwt
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/asn1"
 	"encoding/base64"
 	"encoding/json"
-	"math/big"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/jwt/jwttest"
 )
 
 // TestVerifyAlgorithms: a token of every algorithm, minted by PyJWT, verifies
@@ -123,21 +118,9 @@ func TestVerifyCraftedAttacks(t *testing.T) {
 	victim := m.Token(t, "victim")
 	h, p, s := segments(victim)
 	victimClaims := unb64(t, p)
-	hs256 := func(key []byte, header string) string {
-		in := b64([]byte(header)) + "." + p
-		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(in))
-		return in + "." + b64(mac.Sum(nil))
-	}
-	attackerKey := must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
-	es256 := func(header string, claims []byte) string {
-		in := b64([]byte(header)) + "." + b64(claims)
-		return in + "." + b64(signES256(attackerKey, []byte(in)))
-	}
-	attackerJWK := string(must(json.Marshal(map[string]string{
-		"kty": "EC", "crv": "P-256",
-		"x": b64(attackerKey.X.FillBytes(make([]byte, 32))), "y": b64(attackerKey.Y.FillBytes(make([]byte, 32))),
-	})))
+	hs256 := func(key []byte, header string) string { return jwttest.SignHS256(key, header, victimClaims) }
+	attacker := jwttest.NewAttacker(t)
+	es256, attackerJWK := attacker.ES256, attacker.JWK()
 
 	tests := []verdict{
 		{"alg none, no signature", b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + p + ".", AlgorithmRefused},
@@ -188,21 +171,6 @@ func TestVerifyCraftedAttacks(t *testing.T) {
 func segment2(token string) string { _, p, _ := segments(token); return p }
 func segment3(token string) string { _, _, s := segments(token); return s }
 
-// signES256 signs in with key as JWS's ES256 does (RFC 7518 section
-// 3.4): r and s, 32 bytes each.
-func signES256(key *ecdsa.PrivateKey, in []byte) []byte {
-	sum := sha256.Sum256(in)
-	r, s := must2(ecdsa.Sign(rand.Reader, key, sum[:]))
-	return append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...)
-}
-
-func must2[A, B any](a A, b B, err error) (A, B) {
-	if err != nil {
-		panic(err)
-	}
-	return a, b
-}
-
 // TestVerifyReencodedSignatures: an ES256 signature spelt another way
 // must not make a new token. DER instead of r||s, padded or shortened
 // fields, base64 with other unused bits: none verifies. s replaced by n−s
@@ -219,10 +187,7 @@ func TestVerifyReencodedSignatures(t *testing.T) {
 	if len(sig) != 64 {
 		t.Fatalf("ES256 signature of %d bytes", len(sig))
 	}
-	r, sv := new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])
-	der := must(asn1.Marshal(struct{ R, S *big.Int }{r, sv}))
-	n := elliptic.P256().Params().N
-	flipped := append(append([]byte{}, sig[:32]...), new(big.Int).Sub(n, sv).FillBytes(make([]byte, 32))...)
+	der, flipped := jwttest.DER(sig), jwttest.Malleated(sig)
 	// 64 bytes are 86 characters of which the last carries 4 unused bits.
 	last := strings.IndexByte(base64Alphabet, s[len(s)-1])
 	otherBits := s[:len(s)-1] + string(base64Alphabet[last^1])
@@ -273,12 +238,8 @@ func TestVerifySecretOnly(t *testing.T) {
 	if got := strings.Join(v.Algorithms(), ","); got != "HS256" {
 		t.Fatalf("Algorithms() = %s, want HS256", got)
 	}
-	h := b64([]byte(`{"alg":"HS256","typ":"JWT"}`))
-	p := b64(must(json.Marshal(claims("supabase-user"))))
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(h + "." + p))
 	check(t, v, []verdict{
-		{"HS256 with the secret", h + "." + p + "." + b64(mac.Sum(nil)), Valid},
+		{"HS256 with the secret", jwttest.SignHS256(key, `{"alg":"HS256","typ":"JWT"}`, must(json.Marshal(claims("supabase-user")))), Valid},
 		{"HS512 with another secret", m.Token(t, "HS512"), AlgorithmRefused},
 		{"RS256", m.Token(t, "RS256"), AlgorithmRefused},
 		{"EdDSA", m.Token(t, "EdDSA"), AlgorithmRefused},

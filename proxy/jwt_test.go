@@ -2,16 +2,9 @@ package proxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/asn1"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,22 +205,11 @@ func TestJWTAttacks(t *testing.T) {
 	victimClaims, _ := base64.RawURLEncoding.DecodeString(p)
 
 	// An attacker's own key, and tokens made with it.
-	evil, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	es256 := func(header string) string {
-		in := enc([]byte(header)) + "." + enc(victimClaims)
-		sum := sha256.Sum256([]byte(in))
-		r, s, _ := ecdsa.Sign(rand.Reader, evil, sum[:])
-		return in + "." + enc(append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...))
-	}
-	evilJWK := fmt.Sprintf(`{"kty":"EC","crv":"P-256","x":"%s","y":"%s"}`, enc(evil.X.FillBytes(make([]byte, 32))), enc(evil.Y.FillBytes(make([]byte, 32))))
+	evil := jwttest.NewAttacker(t)
+	es256 := func(header string) string { return evil.ES256(header, victimClaims) }
+	evilJWK := evil.JWK()
 	hs256 := func(key []byte) string {
-		in := enc([]byte(`{"alg":"HS256","kid":"rsa","typ":"JWT"}`)) + "." + p
-		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(in))
-		return in + "." + enc(mac.Sum(nil))
+		return jwttest.SignHS256(key, `{"alg":"HS256","kid":"rsa","typ":"JWT"}`, victimClaims)
 	}
 	// The attacker's own ES256 token, its signature spelt another way.
 	ah, ap, as := func() (string, string, string) {
@@ -235,8 +217,6 @@ func TestJWTAttacks(t *testing.T) {
 		return x[0], x[1], x[2]
 	}()
 	asig, _ := base64.RawURLEncoding.DecodeString(as)
-	r, sv := new(big.Int).SetBytes(asig[:32]), new(big.Int).SetBytes(asig[32:])
-	der, _ := asn1.Marshal(struct{ R, S *big.Int }{r, sv})
 
 	ip := []string{"api=ip:127.0.0.1"}
 	var attacks []attack
@@ -265,7 +245,7 @@ func TestJWTAttacks(t *testing.T) {
 		{"payload swapped into the attacker's token", ah + "." + p + "." + as},
 		{"duplicate sub", m.Token(t, "dup-sub")},
 		{"case-variant sub", m.Token(t, "case-sub")},
-		{"ES256 signature as DER", ah + "." + ap + "." + enc(der)},
+		{"ES256 signature as DER", ah + "." + ap + "." + enc(jwttest.DER(asig))},
 		{"ES256 signature with a byte more", ah + "." + ap + "." + enc(append([]byte{0}, asig...))},
 		{"made-up kid", enc([]byte(`{"alg":"RS256","kid":"made-up"}`)) + "." + p + "." + s},
 	} {
@@ -286,10 +266,8 @@ func TestJWTAttacks(t *testing.T) {
 	// ECDSA lets anyone turn a signature (r, s) into (r, n−s): the same
 	// signature of the same claims, so it keys the same user, the
 	// attacker, never the victim and never a fresh key.
-	n := elliptic.P256().Params().N
-	flipped := append(append([]byte{}, asig[:32]...), new(big.Int).Sub(n, sv).FillBytes(make([]byte, 32))...)
 	g.store.lastChecks()
-	if res, _ := g.send(t, get("/api/x", bearer(ah+"."+ap+"."+enc(flipped))), false); res.StatusCode != 200 {
+	if res, _ := g.send(t, get("/api/x", bearer(ah+"."+ap+"."+enc(jwttest.Malleated(asig)))), false); res.StatusCode != 200 {
 		t.Fatalf("malleated ES256 signature: %d", res.StatusCode)
 	}
 	if got := g.store.lastChecks(); len(got) != 1 || got[0] != g.jwtKey("api", "sub", "attacker") {

@@ -2,17 +2,16 @@
 // by PyJWT with keys made by jwcrypto (an implementation other than the
 // one sluice verifies with), minted once per test binary (Minter), the
 // claims of valid tokens, a JWKS server that counts its fetches and can
-// go down, and a trap server that records whether anything contacted it.
+// go down, a trap server that records whether anything contacted it, and
+// forgeries made with the standard library (an attacker's key, HMAC over
+// any header, ES256 signatures spelt another way).
 //
 // It is for tests only, and imports nothing of sluice.
 package jwttest
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -365,9 +364,5 @@ func HS256(t testing.TB, secret string, claims map[string]any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc := base64.RawURLEncoding.EncodeToString
-	in := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(payload)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(in))
-	return in + "." + enc(mac.Sum(nil))
+	return SignHS256([]byte(secret), `{"alg":"HS256","typ":"JWT"}`, payload)
 }
