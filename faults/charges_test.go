@@ -24,6 +24,7 @@ import (
 // gateway's admin API; the requests-per-minute rule beside them counts
 // requests, not tokens.
 func TestChargesAcrossGateways(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	const n = 400
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -70,6 +70,7 @@ func (u *keyUpstream) snapshot() map[string]int {
 // counted in the database (no count lost). With
 // SLUICE_DB_SYNCHRONOUS_COMMIT=off the same test loses counts.
 func TestFaultDurableThroughCrashAndFailover(t *testing.T) {
+	t.Parallel()
 	// A standby retries its connection to a restarted primary every 200 ms
 	// (5 s by default): until it is back, the primary's commits wait.
 	primary := pgtest.NewCluster(t, pgtest.ClusterOptions{Settings: map[string]string{"wal_retrieve_retry_interval": "200ms"}})

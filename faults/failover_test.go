@@ -21,6 +21,7 @@ import (
 // ready again within seconds and exact from their first decision after
 // /readyz said 200, with the counts made before the failover.
 func TestFaultFailover(t *testing.T) {
+	t.Parallel()
 	primary := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	standby := primary.NewStandby(t)
 	up := newUpstream(t)
@@ -72,6 +73,7 @@ func TestFaultFailover(t *testing.T) {
 // (target_session_attrs=read-write), the fail modes apply, and decisions
 // resume by themselves when it takes writes again.
 func TestFaultDemotedPrimary(t *testing.T) {
+	t.Parallel()
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	up := newUpstream(t)
 	g := startFault(t, faultEnv(up.URL, c.URL()+"&target_session_attrs=read-write"))

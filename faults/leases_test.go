@@ -112,6 +112,7 @@ func sendAll(ps []*process, n int, path string, key func(i int) string, via func
 // of 20 each, 30 requests per key spread over the gateways: exactly 20
 // each.
 func TestLeasesExactThroughGateways(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	up := newKeyUpstream(t)
 	rules := `
@@ -166,6 +167,7 @@ func leaseDeathBound(limit int) int { return limit / 16 }
 // reach the upstream, and no fewer than 3,000 less what README says a
 // dead gateway can waste.
 func TestLeaseGatewayKilledMidBurst(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	up := newKeyUpstream(t)
 	env := leaseGatewayEnv(up.URL, db.URL, "hot: POST /hot by header(X-Key) 3000/1d")

@@ -17,6 +17,7 @@ import (
 // resident memory stays within a few MB of where it was before the flood,
 // and keys that were over their limit before it stay limited through it.
 func TestMemoryFloodBounded(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	p := startProcess(t, sluiceBinary(t), map[string]string{
 		"SLUICE_UPSTREAM":        up.URL,

@@ -23,6 +23,7 @@ import (
 // exact counts. Migrations run directly against Postgres, since their
 // advisory lock needs a session of its own.
 func TestFaultPgBouncer(t *testing.T) {
+	t.Parallel()
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	bouncer := c.NewPgBouncer(t, map[string]string{"pool_mode": "transaction", "default_pool_size": "8"})
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 // get exactly their limit, and no 503. /readyz never says 200 while a
 // breaker is open. Ten times.
 func TestFaultPauseAndKill(t *testing.T) {
+	t.Parallel()
 	c, gws := clusterGateways(t, 3)
 	waitReady(t, gws, 10*time.Second)
 	faultRounds(t, gws, gws, 3, 30*time.Second, func() {

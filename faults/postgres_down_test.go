@@ -20,6 +20,7 @@ import (
 // their limit per instance. Postgres starts again: exact shared decisions
 // resume within seconds, without a restart.
 func TestFaultPostgresStopped(t *testing.T) {
+	t.Parallel()
 	c, gws := clusterGateways(t, 2)
 	expectExact(t, gws, "before")
 
@@ -127,6 +128,7 @@ func TestFaultPostgresStopped(t *testing.T) {
 // through: the idle one learnt of the outage by itself and made its pool
 // warm again before saying ready. Ten times.
 func TestFaultIdleInstanceRecovers(t *testing.T) {
+	t.Parallel()
 	c, gws := clusterGateways(t, 2) // busy and idle
 	waitReady(t, gws, 10*time.Second)
 	expectExactNow(t, gws, "before")
@@ -144,6 +146,7 @@ func TestFaultIdleInstanceRecovers(t *testing.T) {
 // outage (the fast path remembers it) or after; and once every /readyz
 // answers 200 the store decides fresh keys exactly.
 func TestFaultRestartUnderTraffic(t *testing.T) {
+	t.Parallel()
 	c, gws := clusterGateways(t, 2)
 	waitReady(t, gws, 10*time.Second)
 	expectExactNow(t, gws, "used-up") // both keys at their limit now

@@ -20,6 +20,7 @@ import (
 // margin; goroutines, pooled connections and server sessions stay bounded;
 // decisions resume when the lock goes.
 func TestFaultPostgresSlow(t *testing.T) {
+	t.Parallel()
 	const (
 		timeout = 250 * time.Millisecond
 		margin  = 100 * time.Millisecond

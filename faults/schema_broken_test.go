@@ -23,6 +23,7 @@ import (
 // say clearly what is wrong, the fail modes apply, nothing crashes, and
 // decisions resume once the privileges are back.
 func TestFaultSchemaBroken(t *testing.T) {
+	t.Parallel()
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	c.Exec(t, "CREATE ROLE sluice_app LOGIN")
 	c.Exec(t, "GRANT CREATE ON DATABASE postgres TO sluice_app")

@@ -20,6 +20,7 @@ import (
 // gateway is told to stop completes, decided by the store, and is counted;
 // the pool closes only after it.
 func TestFaultGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	up := newUpstream(t)
 	env := faultEnv(up.URL, db.URL)

@@ -25,6 +25,7 @@ import (
 // mode. The database starts: without a restart the gateway becomes ready
 // and decides exactly, with a second gateway that started later.
 func TestFaultStartWithoutDatabase(t *testing.T) {
+	t.Parallel()
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	c.Stop(t)
 	up := newUpstream(t)
@@ -76,6 +77,7 @@ func TestFaultStartWithoutDatabase(t *testing.T) {
 // gateway's listener opens only once its store is ready: migrated, pool
 // connected and warm.
 func TestFaultColdStartUnderLoad(t *testing.T) {
+	t.Parallel()
 	bin := sluiceBinary(t)
 	db := pgtest.New(t) // for its connection; each run makes a schema of its own
 	up := newUpstream(t)

@@ -12,6 +12,7 @@ import (
 // TestConformance runs the shared store suites with the database clock
 // replaced by the suite's clock, each subtest on a schema of its own.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	newStore := func(t *testing.T, clock *storetest.Clock) *postgres.Store {
 		return open(t, pgtest.New(t), nil, clock.Now)
 	}

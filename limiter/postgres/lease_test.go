@@ -76,6 +76,7 @@ func leaseRules() []*policy.Rule {
 // and shadow rules. The clock moves in small steps so that keys are hot
 // enough to lease and windows and buckets end under them.
 func TestLeasesAgainstMemory(t *testing.T) {
+	t.Parallel()
 	db := pgtest.New(t)
 	clk := newClock(base)
 	ctx := context.Background()
@@ -140,6 +141,7 @@ func runStore(t *testing.T, s *postgres.Store) {
 // limit of 20 each, 30 requests per key spread over the gateways, let
 // exactly 20 each through.
 func TestLeasesExactAcrossInstances(t *testing.T) {
+	t.Parallel()
 	for _, mk := range []func() *policy.Rule{
 		func() *policy.Rule { return fixed("hot", 3000, time.Hour) },
 		func() *policy.Rule { return resetRule("hot", 3000, time.Hour) },

@@ -22,6 +22,10 @@ import (
 // holds more than the keys of the last cleanup period and a few windows,
 // and the process's heap after a collection is flat once warm. The hour
 // long version is `go -C bench run . soak -duration 1h`.
+//
+// It reads the heap of the whole test process, so it is never parallel:
+// the package's parallel tests start only once it has ended. .ci/test
+// runs it in a process of its own beside the others.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute long")

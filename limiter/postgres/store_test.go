@@ -39,6 +39,7 @@ var batchModes = []struct {
 // through, for each algorithm, on the test clock and on the database clock,
 // batched or not.
 func TestExactAcrossInstances(t *testing.T) {
+	t.Parallel()
 	const goroutines, limit, instances = 200, 5, 3
 	for _, mode := range batchModes {
 		for _, dbClock := range []bool{false, true} {
