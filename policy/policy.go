@@ -166,9 +166,9 @@ func (r *Rule) matchesPath(p string) bool {
 }
 
 // Spec returns the rule's limit as written in the rule language, such as
-// "5/15m".
+// "5/15m", or "1000/1mo" for a calendar window.
 func (r *Rule) Spec() string {
-	return strconv.FormatInt(r.Limit, 10) + "/" + FormatWindow(r.Window)
+	return strconv.FormatInt(r.Limit, 10) + "/" + r.WindowString()
 }
 
 // MethodString returns the rule's methods as written in the rule language:
