@@ -24,11 +24,10 @@ func TestFaultFailover(t *testing.T) {
 	t.Parallel()
 	primary := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	standby := primary.NewStandby(t)
-	up := newUpstream(t)
 	url := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write",
 		primary.Port, standby.Port)
-	busy, idle := startFault(t, faultEnv(up.URL, url)), startFault(t, faultEnv(up.URL, url))
-	gws := []*faultGateway{busy, idle}
+	gws := gatewaysOn(t, url, 2)
+	busy, idle := gws[0], gws[1]
 	for range 3 {
 		if r := busy.mustPost(t, "/closed", "kept"); r.status != 200 {
 			t.Fatalf("status %d before the failover", r.status)
@@ -75,9 +74,8 @@ func TestFaultFailover(t *testing.T) {
 func TestFaultDemotedPrimary(t *testing.T) {
 	t.Parallel()
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
-	up := newUpstream(t)
-	g := startFault(t, faultEnv(up.URL, c.URL()+"&target_session_attrs=read-write"))
-	gws := []*faultGateway{g}
+	gws := gatewaysOn(t, c.URL()+"&target_session_attrs=read-write", 1)
+	g := gws[0]
 	expectExact(t, gws, "before")
 
 	c.Exec(t, "ALTER SYSTEM SET default_transaction_read_only = on")

@@ -79,18 +79,25 @@ func startFault(t *testing.T, env map[string]string) *faultGateway {
 	return g
 }
 
-// clusterGateways starts a private cluster and n gateways on it with
-// faultEnv, in front of one upstream, each as startFault starts it.
+// clusterGateways starts a private cluster and n gateways on it, as
+// gatewaysOn starts them.
 func clusterGateways(t *testing.T, n int) (*pgtest.Cluster, []*faultGateway) {
 	t.Helper()
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	return c, gatewaysOn(t, c.URL(), n)
+}
+
+// gatewaysOn starts n gateways on dbURL with faultEnv, in front of one
+// upstream, each as startFault starts it.
+func gatewaysOn(t *testing.T, dbURL string, n int) []*faultGateway {
+	t.Helper()
 	up := newUpstream(t)
-	env := faultEnv(up.URL, c.URL())
+	env := faultEnv(up.URL, dbURL)
 	var gws []*faultGateway
 	for range n {
 		gws = append(gws, startFault(t, env))
 	}
-	return c, gws
+	return gws
 }
 
 // startGateway runs a gateway for env and opts on loopback until the test

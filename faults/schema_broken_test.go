@@ -27,9 +27,8 @@ func TestFaultSchemaBroken(t *testing.T) {
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
 	c.Exec(t, "CREATE ROLE sluice_app LOGIN")
 	c.Exec(t, "GRANT CREATE ON DATABASE postgres TO sluice_app")
-	up := newUpstream(t)
-	g := startFault(t, faultEnv(up.URL, fmt.Sprintf("postgres://sluice_app@127.0.0.1:%d/postgres?sslmode=disable", c.Port)))
-	gws := []*faultGateway{g}
+	gws := gatewaysOn(t, fmt.Sprintf("postgres://sluice_app@127.0.0.1:%d/postgres?sslmode=disable", c.Port), 1)
+	g := gws[0]
 	expectExact(t, gws, "before")
 
 	broken := func(step string) {
