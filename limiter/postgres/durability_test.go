@@ -13,9 +13,11 @@ import (
 	"github.com/sluicehq/sluice/limiter/postgres"
 )
 
-// syncPool is a pool on c configured as the gateway configures it
-// (ConfigurePool, which notes the server's warnings), for a store of opts.
-func syncPool(t *testing.T, c *pgtest.Cluster, opts postgres.Options) *pgxpool.Pool {
+// syncStore is a store of opts on c whose commits wait for a synchronous
+// standby, on a pool configured as the gateway configures it
+// (ConfigurePool, which notes the server's warnings). The pool's
+// connections are made once the setting holds.
+func syncStore(t *testing.T, c *pgtest.Cluster, opts postgres.Options) *postgres.Store {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(c.URL())
 	if err != nil {
@@ -30,7 +32,12 @@ func syncPool(t *testing.T, c *pgtest.Cluster, opts postgres.Options) *pgxpool.P
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool
+	c.RequireSynchronousStandby(t)
+	s, err := postgres.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // migratedCluster is a private cluster whose postgres database holds the
@@ -69,12 +76,7 @@ func expectUncertain(t *testing.T, s *postgres.Store, ok bool, err error, unknow
 func TestUncertainCommitDeadline(t *testing.T) {
 	c := migratedCluster(t)
 	opts := postgres.Options{Schema: postgres.DefaultSchema, StatementTimeout: 300 * time.Millisecond, DecisionTimeout: time.Second}
-	pool := syncPool(t, c, opts) // its connections are made once the setting holds
-	c.RequireSynchronousStandby(t)
-	s, err := postgres.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := syncStore(t, c, opts)
 	r := fixed("u", 1000, time.Hour)
 	res := make([]limiter.Result, 1)
 	ok, err := s.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
@@ -91,12 +93,7 @@ func TestUncertainCommitDeadline(t *testing.T) {
 func TestUncertainCommitCancelled(t *testing.T) {
 	c := migratedCluster(t)
 	opts := postgres.Options{Schema: postgres.DefaultSchema, StatementTimeout: 30 * time.Second, DecisionTimeout: 30 * time.Second}
-	pool := syncPool(t, c, opts) // its connections are made once the setting holds
-	c.RequireSynchronousStandby(t)
-	s, err := postgres.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := syncStore(t, c, opts)
 	r := fixed("u", 1000, time.Hour)
 	type answer struct {
 		ok  bool
