@@ -97,6 +97,23 @@ func chk(r *policy.Rule, key string) limiter.Check { return limiter.Check{Rule: 
 // decide is storetest.Decide.
 var decide = storetest.Decide
 
+// untilDenied decides c on s, into res, until a decision is denied, and
+// returns how many were allowed before it; an error fails t.
+func untilDenied(t *testing.T, s *postgres.Store, c limiter.Check, res []limiter.Result) int {
+	t.Helper()
+	allowed := 0
+	for {
+		ok, err := s.Decide(context.Background(), []limiter.Check{c}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return allowed
+		}
+		allowed++
+	}
+}
+
 // rowCount returns the number of counter rows in db's schema, the probes' aside.
 func rowCount(t testing.TB, db *pgtest.DB) int {
 	t.Helper()

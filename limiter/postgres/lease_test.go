@@ -269,18 +269,8 @@ func TestLeaseGivenBackWhenNeeded(t *testing.T) {
 	if held <= 0 {
 		t.Fatalf("the holder holds %d units after its first decision, want a lease", held)
 	}
-	allowed := 1
 	began := time.Now()
-	for {
-		ok, err := other.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		allowed++
-	}
+	allowed := 1 + untilDenied(t, other, chk(r, "k"), res)
 	// The recall: the other gateway's decisions that met the holder's
 	// units waited for them to come back, and none was denied before the
 	// limit was spent.
@@ -326,17 +316,7 @@ func TestLeaseDeadGatewayWastesAtMostItsHold(t *testing.T) {
 	}
 	postgres.DropLeases(dead) // it dies: nothing is given back
 	alive := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
-	allowed := 10
-	for {
-		ok, err := alive.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		allowed++
-	}
+	allowed := 10 + untilDenied(t, alive, chk(r, "k"), res)
 	if want := 1000 - int(held); allowed != want {
 		t.Errorf("%d allowed in all, want %d: the limit less the %d units the dead gateway held", allowed, want, held)
 	}
