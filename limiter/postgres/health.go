@@ -200,13 +200,11 @@ func (s *Store) probeCommit(ctx context.Context, conn *pgxpool.Conn) error {
 	// A real decision of the probe's counter, committed: a commit waits
 	// only for a transaction that wrote WAL. It costs one unit of the
 	// probe's own counter (2^40 an hour), which cleanup removes.
-	b := batchPool.Get().(*batch)
-	defer b.release()
-	var res [1]limiter.Result
-	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
-	if _, err := b.build(d[:], emptyOverrides, time.Now()); err != nil {
+	b, err := probeBatch()
+	if err != nil {
 		return err
 	}
+	defer b.release()
 	if err := b.query(ctx, conn, s.q.decide, nil, false); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("a probe commit took longer than the %v deadline (are the synchronous standbys answering?): %w", s.opts.DecisionTimeout, err)
@@ -219,6 +217,19 @@ func (s *Store) probeCommit(ctx context.Context, conn *pgxpool.Conn) error {
 	return nil
 }
 
+// probeBatch returns a batch built for one decision of probeRule's
+// counter, the decision every probe makes; the caller releases it.
+func probeBatch() (*batch, error) {
+	b := batchPool.Get().(*batch)
+	var res [1]limiter.Result
+	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
+	if _, err := b.build(d[:], emptyOverrides, time.Now()); err != nil {
+		b.release()
+		return nil, err
+	}
+	return b, nil
+}
+
 // probeConn makes one decision of probeRule on conn with the decide
 // statement, within timeout, inside a transaction that it rolls back.
 func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.Duration) error {
@@ -227,13 +238,11 @@ func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a failed rollback closes the connection
-	b := batchPool.Get().(*batch)
-	defer b.release()
-	var res [1]limiter.Result
-	d := [1]Decision{{Checks: []limiter.Check{{Rule: probeRule, Key: probeKey}}, Results: res[:]}}
-	if _, err := b.build(d[:], emptyOverrides, time.Now()); err != nil {
+	b, err := probeBatch()
+	if err != nil {
 		return err
 	}
+	defer b.release()
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := b.query(dctx, tx, decide, nil, false); err != nil {
