@@ -277,7 +277,10 @@ func TestLeaseGivenBackWhenNeeded(t *testing.T) {
 	if allowed != 320 {
 		t.Fatalf("%d allowed before the first denial, want 320: a denial came while the holder held units (holder %+v)", allowed, holder.LeaseStats())
 	}
-	if d := time.Since(began); d > 5*time.Second {
+	// Not a measure of speed (a CI run that decided this beside seven
+	// other tests under -race took 6.9 s): without the recall the units
+	// would stay out until the window's end, an hour away.
+	if d := time.Since(began); d > time.Minute {
 		t.Errorf("the units took %v to come back", d)
 	}
 	if other.RecallWaits() == 0 {
