@@ -23,7 +23,8 @@ import (
 // than the decision timeout, then the fail modes apply; decisions resume
 // when slots free up.
 func TestFaultTooManyClients(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds the gateway's answer time, which
+	// the other fault tests' load would be part of. It runs before them.
 	const timeout = 250 * time.Millisecond
 	c := pgtest.NewCluster(t, pgtest.ClusterOptions{Settings: map[string]string{
 		"max_connections": "12", "superuser_reserved_connections": "0",
