@@ -119,36 +119,45 @@ func TestContainerImage(t *testing.T) {
 		io.WriteString(w, "hello from upstream")
 	}))
 	defer upstream.Close()
-	public, admin := proctest.FreePort(t), proctest.FreePort(t)
-	name := "sluice-deploytest-" + hex.EncodeToString(suffix[:])
 	// The host's network, so that the container reaches the test's
 	// upstream on loopback and the test reaches the container's ports.
-	p.must("run", "--detach", "--name", name, "--network=host",
-		"--env", "SLUICE_UPSTREAM="+upstream.URL,
-		"--env", fmt.Sprintf("SLUICE_LISTEN=127.0.0.1:%d", public),
-		"--env", fmt.Sprintf("SLUICE_ADMIN_LISTEN=127.0.0.1:%d", admin),
-		"--env", "SLUICE_RULES=hello: GET /hello by ip 3/1h",
-		image)
-	t.Cleanup(func() { p.run("rm", "--force", "--time", "0", name) }) //nolint:errcheck // may be gone
-	logs := func() string {
-		// podman logs writes the container's standard error to its own.
-		cmd := exec.Command(p.bin, append(slices.Clone(p.args), "logs", name)...)
-		cmd.Env = p.env
-		out, _ := cmd.CombinedOutput()
-		return string(out)
-	}
-
-	base := fmt.Sprintf("http://127.0.0.1:%d", public)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if code, _ := httpGet(fmt.Sprintf("http://127.0.0.1:%d/healthz", admin)); code == http.StatusOK {
+	// The public listener is given port 0: the kernel picks a port nothing
+	// else holds, and the container logs it. The admin listener needs a
+	// port known beforehand, which the image's HEALTHCHECK (sluice
+	// healthcheck, reading SLUICE_ADMIN_LISTEN) asks; if another process
+	// took it meanwhile, the container is started again on another.
+	var name, public, admin string
+	var logs func() string
+	for attempt := 1; ; attempt++ {
+		name = fmt.Sprintf("sluice-deploytest-%s-%d", hex.EncodeToString(suffix[:]), attempt)
+		p.must("run", "--detach", "--name", name, "--network=host",
+			"--env", "SLUICE_UPSTREAM="+upstream.URL,
+			"--env", "SLUICE_LISTEN=127.0.0.1:0",
+			"--env", "SLUICE_ADMIN_LISTEN="+proctest.FreeAddr(t),
+			"--env", "SLUICE_RULES=hello: GET /hello by ip 3/1h",
+			image)
+		t.Cleanup(func() { p.run("rm", "--force", "--time", "0", name) }) //nolint:errcheck // may be gone
+		logs = func() string {
+			// podman logs writes the container's standard error to its own.
+			cmd := exec.Command(p.bin, append(slices.Clone(p.args), "logs", name)...)
+			cmd.Env = p.env
+			out, _ := cmd.CombinedOutput()
+			return string(out)
+		}
+		// "sluice started" names every listener once all are open.
+		var out string
+		public, admin, out = containerListeners(logs, 20*time.Second)
+		if public != "" {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the container's /healthz does not answer\n%s", logs())
+		if !strings.Contains(out, "address already in use") || attempt == 3 {
+			t.Fatalf("the container has not logged its listeners within 20s\n%s", out)
 		}
-		time.Sleep(50 * time.Millisecond) // start-up is an external event: poll it
 	}
+	if code, _ := httpGet("http://" + admin + "/healthz"); code != http.StatusOK {
+		t.Fatalf("the container's /healthz: %d\n%s", code, logs())
+	}
+	base := "http://" + public
 
 	for i := 1; i <= 3; i++ {
 		if code, body := httpGet(base + "/hello"); code != http.StatusOK || body != "hello from upstream" {
@@ -343,5 +352,23 @@ func link(t *testing.T, src, dst string) {
 	}
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// containerListeners reads a container's log (logs) until it names its
+// public and admin listeners, or until limit, or until it says a listener
+// could not open; it returns the addresses ("" when not named) and the log.
+func containerListeners(logs func() string, limit time.Duration) (public, admin, out string) {
+	deadline := time.Now().Add(limit)
+	for {
+		out = logs()
+		b := &proctest.Buffer{}
+		b.Write([]byte(out)) //nolint:errcheck // a Buffer never fails
+		public = proctest.LoggedAddr(b, "listen", nil, 0)
+		admin = proctest.LoggedAddr(b, "admin_listen", nil, 0)
+		if public != "" && admin != "" || strings.Contains(out, "address already in use") || time.Now().After(deadline) {
+			return public, admin, out
+		}
+		time.Sleep(50 * time.Millisecond) // start-up is an external event: poll it
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -158,8 +157,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rls := proctest.FreeAddr(t)
-	startSluice(t, map[string]string{"SLUICE_RLS_LISTEN": rls, "SLUICE_RULES_FILE": rulesFile})
+	rls := startSluice(t, map[string]string{"SLUICE_RLS_LISTEN": "127.0.0.1:0", "SLUICE_RULES_FILE": rulesFile}).rls
 	conn, err := grpc.NewClient(rls, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -153,10 +153,10 @@ func startCaddy(t *testing.T, check, upstream string) string {
 // proxies on loopback, and returns the check listener's address.
 func decisionService(t *testing.T, env map[string]string) (string, *process) {
 	t.Helper()
-	check := proctest.FreeAddr(t)
-	env["SLUICE_CHECK_LISTEN"] = check
+	env["SLUICE_CHECK_LISTEN"] = "127.0.0.1:0"
 	env["SLUICE_TRUSTED_PROXIES"] = "127.0.0.1"
-	return check, startSluice(t, env)
+	p := startSluice(t, env)
+	return p.check, p
 }
 
 // reply is one response to a client, its body read.
