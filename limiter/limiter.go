@@ -416,6 +416,19 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 		ce.Write(zap.String("kind", kind), zap.Error(err), zap.Bool("closed", closed), zap.Int("local_checks", local))
 	}
 
+	// A decision whose caller went away (the client closed its
+	// connection) is decided as any other, for whoever still reads the
+	// outcome, but it is not counted among the decisions: the store did not
+	// fail, and a dashboard or an alert on failed decisions must not see a
+	// client's disconnect, or a load generator ending its run, as the
+	// store's fault. sluice_store_errors_total{kind="canceled"} counts it.
+	count := l.metrics.decision
+	decided := l.decided
+	if kind == ErrorCanceled && ctx.Err() != nil {
+		count = func(string, outcome) {}
+		decided = func(Check, outcome) {}
+	}
+
 	// Until told otherwise, every check fails open.
 	for i, c := range checks {
 		o.Results[i] = Result{
@@ -429,7 +442,7 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 		o.RetryAfter = UnavailableRetryAfter
 		for i, c := range checks {
 			o.Sources[i] = SourceFailedClosed
-			l.metrics.decision(c.Rule.Name, outFailedClosed)
+			count(c.Rule.Name, outFailedClosed)
 		}
 		return
 	}
@@ -441,12 +454,12 @@ func (l *Limiter) fail(ctx context.Context, checks []Check, now time.Time, err e
 	for i, c := range checks {
 		switch o.Sources[i] {
 		case SourceFailedOpen:
-			l.metrics.decision(c.Rule.Name, outFailedOpen)
+			count(c.Rule.Name, outFailedOpen)
 		case SourceLocal:
 			if o.Results[i].Allowed {
-				l.metrics.decision(c.Rule.Name, outLocal)
+				count(c.Rule.Name, outLocal)
 			} else {
-				l.decided(c, verdictOutcome(c.Rule, false))
+				decided(c, verdictOutcome(c.Rule, false))
 			}
 		}
 	}

@@ -510,6 +510,13 @@ func TestCallerCancel(t *testing.T) {
 	if got := f.metric(t, "sluice_store_errors_total", "kind", "canceled"); got != 1 {
 		t.Errorf("canceled errors = %v, want 1", got)
 	}
+	// The client went away: the store did not fail, and no failed
+	// decision is counted.
+	for _, outcome := range []string{"failed_open", "failed_closed", "local"} {
+		if got := f.metric(t, "sluice_decisions_total", "rule", "a", "outcome", outcome); got != 0 {
+			t.Errorf("%s decisions = %v, want 0 for a caller that went away", outcome, got)
+		}
+	}
 }
 
 func TestCallerCancelLocal(t *testing.T) {
@@ -524,6 +531,9 @@ func TestCallerCancelLocal(t *testing.T) {
 	o := f.limiter.Decide(ctx, []limiter.Check{chk(rule("a", 1), "k")})
 	if !o.Allowed || o.Sources[0] != limiter.SourceLocal {
 		t.Errorf("Outcome %+v, want allowed by the local store", o)
+	}
+	if got := f.metric(t, "sluice_decisions_total", "rule", "a", "outcome", "local"); got != 0 {
+		t.Errorf("local decisions = %v, want 0 for a caller that went away", got)
 	}
 }
 
