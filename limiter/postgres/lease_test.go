@@ -76,7 +76,11 @@ func leaseRules() []*policy.Rule {
 // and shadow rules. The clock moves in small steps so that keys are hot
 // enough to lease and windows and buckets end under them.
 func TestLeasesAgainstMemory(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its answers follow background renewals against an
+	// injected clock, and beside seven other tests under -race one of six
+	// fresh-clone runs saw a lease's answer report a count the renewal had
+	// not caught up with (45 against the memory store's 90). Alone, it
+	// passed every run.
 	db := pgtest.New(t)
 	clk := newClock(base)
 	ctx := context.Background()
