@@ -89,13 +89,8 @@ type strictWalker struct{ Walker }
 // under folding and, when top is not nil, each one of top; its values are
 // checked in turn.
 func (w *strictWalker) object(top map[string]bool) error {
-	w.I++
 	seen := map[string]string{} // folded name → name as given
-	if w.Next() == '}' {
-		w.I++
-		return nil
-	}
-	for {
+	return w.members('}', func() error {
 		if w.Next() != '"' {
 			return errors.New("not one JSON value")
 		}
@@ -118,13 +113,27 @@ func (w *strictWalker) object(top map[string]bool) error {
 			return errors.New("not one JSON value")
 		}
 		w.I++
-		if err := w.value(); err != nil {
+		return w.value()
+	})
+}
+
+// members checks the members of the object, or the elements of the
+// array, whose opening byte is at I: each in turn with member, up to the
+// end byte that closes it ('}' or ']').
+func (w *strictWalker) members(end byte, member func() error) error {
+	w.I++
+	if w.Next() == end {
+		w.I++
+		return nil
+	}
+	for {
+		if err := member(); err != nil {
 			return err
 		}
 		switch w.Next() {
 		case ',':
 			w.I++
-		case '}':
+		case end:
 			w.I++
 			return nil
 		default:
@@ -140,25 +149,7 @@ func (w *strictWalker) value() error {
 	case '{':
 		return w.object(nil)
 	case '[':
-		w.I++
-		if w.Next() == ']' {
-			w.I++
-			return nil
-		}
-		for {
-			if err := w.value(); err != nil {
-				return err
-			}
-			switch w.Next() {
-			case ',':
-				w.I++
-			case ']':
-				w.I++
-				return nil
-			default:
-				return errors.New("not one JSON value")
-			}
-		}
+		return w.members(']', w.value)
 	case '"':
 		_, err := w.str()
 		return err
