@@ -441,33 +441,33 @@ wait:
 // openPublic), the check and the gRPC ones — and serves each, sending
 // what Serve returns to errc. It returns their addresses as log fields.
 func (g *Gateway) serveDeciding(openPublic func() (net.Listener, error), errc chan<- error) ([]zap.Field, error) {
+	listenTCP := func(addr string) func() (net.Listener, error) {
+		return func() (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
 	var fields []zap.Field
-	if g.public != nil {
-		l, err := openPublic()
-		if err != nil {
-			return nil, fmt.Errorf("listen on SLUICE_LISTEN: %w", err)
+	for _, d := range []struct {
+		on           bool
+		setting, key string // the listener's setting, and its field in the start-up line
+		open         func() (net.Listener, error)
+		serve        func(net.Listener)
+	}{
+		{g.public != nil, "SLUICE_LISTEN", "listen", openPublic,
+			func(l net.Listener) { g.serveHTTP(g.public, l, g.metrics.CountResponse, errc) }},
+		{g.check != nil, "SLUICE_CHECK_LISTEN", "check_listen", listenTCP(g.cfg.CheckListen),
+			func(l net.Listener) { g.serveHTTP(g.check, l, nil, errc) }},
+		{g.rls != nil, "SLUICE_RLS_LISTEN", "rls_listen", listenTCP(g.cfg.RLSListen),
+			func(l net.Listener) { go func() { errc <- g.rls.Serve(l) }() }},
+	} {
+		if !d.on {
+			continue
 		}
-		g.serveHTTP(g.public, l, g.metrics.CountResponse, errc)
-		g.listening("SLUICE_LISTEN", l.Addr())
-		fields = append(fields, zap.String("listen", l.Addr().String()))
-	}
-	if g.check != nil {
-		l, err := net.Listen("tcp", g.cfg.CheckListen)
+		l, err := d.open()
 		if err != nil {
-			return nil, fmt.Errorf("listen on SLUICE_CHECK_LISTEN: %w", err)
+			return nil, fmt.Errorf("listen on %s: %w", d.setting, err)
 		}
-		g.serveHTTP(g.check, l, nil, errc)
-		g.listening("SLUICE_CHECK_LISTEN", l.Addr())
-		fields = append(fields, zap.String("check_listen", l.Addr().String()))
-	}
-	if g.rls != nil {
-		l, err := net.Listen("tcp", g.cfg.RLSListen)
-		if err != nil {
-			return nil, fmt.Errorf("listen on SLUICE_RLS_LISTEN: %w", err)
-		}
-		go func() { errc <- g.rls.Serve(l) }()
-		g.listening("SLUICE_RLS_LISTEN", l.Addr())
-		fields = append(fields, zap.String("rls_listen", l.Addr().String()))
+		d.serve(l)
+		g.listening(d.setting, l.Addr())
+		fields = append(fields, zap.String(d.key, l.Addr().String()))
 	}
 	return fields, nil
 }
