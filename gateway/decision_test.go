@@ -11,9 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -261,28 +258,13 @@ func TestRLSExactAcrossInstances(t *testing.T) {
 		_, _, addr := decisionService(t, env)
 		clients = append(clients, rlsClient(t, addr, nil))
 	}
-	var ok, over, failed atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 50 {
-		wg.Go(func() {
-			<-start
-			res, err := clients[i%2].ShouldRateLimit(context.Background(), descriptorCall("edge", "generic_key", "login", "remote_address", "198.51.100.7"))
-			switch {
-			case err != nil:
-				failed.Add(1)
-				t.Log(err)
-			case res.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-				ok.Add(1)
-			default:
-				over.Add(1)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if ok.Load() != 10 || over.Load() != 40 || failed.Load() != 0 {
-		t.Errorf("50 calls on a limit of 10: %d OK, %d OVER_LIMIT, %d failed; want 10, 40, 0", ok.Load(), over.Load(), failed.Load())
+	codes := proctest.CountStatuses(t, 50, func(i int) (int, error) {
+		res, err := clients[i%2].ShouldRateLimit(context.Background(), descriptorCall("edge", "generic_key", "login", "remote_address", "198.51.100.7"))
+		return int(res.GetOverallCode()), err
+	})
+	ok, over := codes[int(rlsv3.RateLimitResponse_OK)], codes[int(rlsv3.RateLimitResponse_OVER_LIMIT)]
+	if ok != 10 || over != 40 {
+		t.Errorf("50 calls on a limit of 10: %d OK, %d OVER_LIMIT (all codes: %v); want 10, 40", ok, over, codes)
 	}
 }
 
@@ -398,14 +380,6 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// hup sends SIGHUP to this process, as an operator sends it to sluice's.
-func hup(t *testing.T) {
-	t.Helper()
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -37,9 +37,7 @@ func TestJWTReloadJWKSFileOnSIGHUP(t *testing.T) {
 	}
 	hup := func(series string, want float64) {
 		t.Helper()
-		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
+		hup(t)
 		waitMetric(t, r, series, want) // the signal arrives asynchronously
 	}
 	expect("the file's key", alice, "jwt=alice", 1)
@@ -61,5 +59,13 @@ func TestJWTReloadJWKSFileOnSIGHUP(t *testing.T) {
 	expect("the last good key after a broken file", rotated, "jwt=rotated-user", 2)
 	if logs.FilterMessageSnippet("JWKS file refresh failed; the last good key set stays in force").Len() != 1 {
 		t.Errorf("the failed reload was not logged: %v", logs.All())
+	}
+}
+
+// hup sends SIGHUP to this process, as an operator sends it to sluice's.
+func hup(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
 	}
 }

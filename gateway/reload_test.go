@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -109,9 +107,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	hup := func(result string, want float64) {
 		t.Helper()
-		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
+		hup(t)
 		deadline := time.Now().Add(10 * time.Second)
 		for testutil.ToFloat64(g.reloads.WithLabelValues(result)) < want {
 			if time.Now().After(deadline) {
