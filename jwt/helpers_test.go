@@ -176,6 +176,15 @@ func served(t testing.TB, m *jwttest.Minted, c *storetest.Clock, cfg Config, nam
 	return v, srv
 }
 
+// runServed runs a Verifier, on clock c, of the JWK set of m's rsa key,
+// served by a new server; Run has not fetched yet.
+func runServed(t *testing.T, m *jwttest.Minted, c *storetest.Clock) (*Verifier, *jwttest.Server, *runner) {
+	t.Helper()
+	srv := jwttest.NewServer(t, m.JWKS("rsa"))
+	v := newVerifier(t, Config{JWKSURL: srv.URL}, c)
+	return v, srv, startRun(t, v)
+}
+
 // writeFile writes data to a file of the test's and returns its name.
 func writeFile(t testing.TB, data []byte) string {
 	t.Helper()

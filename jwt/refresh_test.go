@@ -100,11 +100,8 @@ func (r *runner) noFetch(t *testing.T) {
 // verifies; a key removed from the set stops verifying at the next
 // refresh.
 func TestRunRotation(t *testing.T) {
-	m := mintAll(t)
-	c := newClock()
-	srv := jwttest.NewServer(t, m.JWKS("rsa"))
-	v := newVerifier(t, Config{JWKSURL: srv.URL}, c)
-	r := startRun(t, v)
+	m, c := mintAll(t), newClock()
+	v, srv, r := runServed(t, m, c)
 	if tr := r.timer(t); tr.d != 0 {
 		t.Fatalf("first wait %v, want none", tr.d)
 	} else {
@@ -149,12 +146,9 @@ func TestRunRotation(t *testing.T) {
 // bounded; after failures, 5 s doubling to a minute; a success restores
 // the schedule.
 func TestRunSchedule(t *testing.T) {
-	m := mintAll(t)
-	c := newClock()
-	srv := jwttest.NewServer(t, m.JWKS("rsa"))
-	srv.SetCacheControl("public, max-age=300, stale-while-revalidate=60")
-	v := newVerifier(t, Config{JWKSURL: srv.URL}, c)
-	r := startRun(t, v)
+	m, c := mintAll(t), newClock()
+	v, srv, r := runServed(t, m, c)
+	srv.SetCacheControl("public, max-age=300, stale-while-revalidate=60") // before the first fetch
 	step := func(want time.Duration, wantErr bool) {
 		t.Helper()
 		tr := r.timer(t)
@@ -273,11 +267,8 @@ func TestRunJWKSDown(t *testing.T) {
 // issuer at most one fetch per EarlyRefreshGap, and no request waits on
 // one.
 func TestRunUnknownKidFlood(t *testing.T) {
-	m := mintAll(t)
-	c := newClock()
-	srv := jwttest.NewServer(t, m.JWKS("rsa"))
-	v := newVerifier(t, Config{JWKSURL: srv.URL}, c)
-	r := startRun(t, v)
+	m, c := mintAll(t), newClock()
+	v, srv, r := runServed(t, m, c)
 	r.timer(t).fire <- c.Now()
 	if err := r.fetch(t); err != nil {
 		t.Fatal(err)
