@@ -248,12 +248,17 @@ func TestAttackMethodOverride(t *testing.T) {
 	})
 }
 
-// TestAttackPathSpellings: spellings the matcher used to miss, and decoding
-// that climbs out of a rule's path.
+// TestAttackPathSpellings: spellings the matcher used to miss, decoding
+// that climbs out of a rule's path, and spellings that readers which
+// ignore case or normalise compatibility forms, and Windows, read as a
+// rule's path, which are counted under that rule; the upstream receives
+// the canonical path sluice matched, still spelled as sent, since folding
+// is for matching only; and a raw "#" is refused.
 func TestAttackPathSpellings(t *testing.T) {
 	up := newUpstream(t)
 	g := newGateway(t, up, "login: POST /api/login by ip 1000/1h; admin: * /api/admin/* by ip 1000/1h", gatewayOpts{})
 	login := []string{"login=ip:127.0.0.1"}
+	admin := []string{"admin=ip:127.0.0.1"}
 	replay(t, g, up, []attack{
 		{name: "format suffix (Rails, Spring)", msg: request("POST", "/api/login.json", ""), status: 200, keys: login},
 		{name: "other format suffix", msg: request("POST", "/API/Login.XML", ""), status: 200, keys: login},
@@ -266,11 +271,23 @@ func TestAttackPathSpellings(t *testing.T) {
 		{name: "Tomcat ..;", msg: request("GET", "/api/admin/..;/public", ""), status: 400},
 		{name: "dots and spaces", msg: request("GET", "/api/admin/..%20/public", ""), status: 400},
 		{name: "old spellings still match", msg: request("POST", "/API//./login/;x", ""), status: 200, keys: login},
+		{name: "dotless i", msg: request("POST", "/api/log%C4%B1n", ""), status: 200, keys: login},
+		{name: "fullwidth", msg: request("POST", "/%EF%BD%81pi/login", ""), status: 200, keys: login},
+		{name: "NTFS stream", msg: request("GET", "/api/ADMIN::$DATA/x", ""), status: 200, keys: admin},
+		{name: "fullwidth solidus", msg: request("GET", "/api/admin%EF%BC%8Fx", ""), status: 200, keys: admin},
+		{name: "ideographic space", msg: request("GET", "/api/admin%E3%80%80/x", ""), status: 200, keys: admin},
+		{name: "fragment", msg: request("GET", "/api/x#/../admin/x", ""), status: 400},
+		{name: "fullwidth dot dot", msg: request("GET", "/api/admin/%EF%BC%8E%EF%BC%8E/login", ""), status: 400},
 	})
-	g.send(t, request("POST", "/API/./login.json?a=1", ""), false)
-	r, _ := up.lastRequest()
-	if got := r.URL.RequestURI(); got != "/API/login.json?a=1" {
-		t.Errorf("the upstream received %q, want the canonical path sluice matched", got)
+	for _, tc := range []struct{ method, target, want string }{
+		{"POST", "/API/./login.json?a=1", "/API/login.json?a=1"},
+		{"GET", "/api/ADM%C4%B1N::$DATA/x", "/api/ADM%C4%B1N::$DATA/x"},
+		{"GET", "/api/admin%EF%BC%8Fx%E3%80%80", "/api/admin%EF%BC%8Fx%E3%80%80"},
+	} {
+		g.send(t, request(tc.method, tc.target, ""), false)
+		if r, _ := up.lastRequest(); r.URL.RequestURI() != tc.want {
+			t.Errorf("%s: the upstream received %q, want %q", tc.target, r.URL.RequestURI(), tc.want)
+		}
 	}
 }
 
