@@ -2,8 +2,6 @@ package migrations_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -108,18 +106,7 @@ func TestAdvisoryLockKey(t *testing.T) {
 // freshSchema returns an unused schema name that is dropped after the test.
 func freshSchema(t *testing.T) string {
 	t.Helper()
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	schema := "m_" + hex.EncodeToString(b[:])
-	pool := pgtest.NewPool(t, pgtest.URL(), 1)
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-	})
-	return schema
+	return pgtest.NewSchema(t, pgtest.NewPool(t, pgtest.URL(), 1), "m_")
 }
 
 // TestUpConcurrent starts 20 instances, each with its own pool, on one empty

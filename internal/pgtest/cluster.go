@@ -610,6 +610,18 @@ func (c *Cluster) Connect(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.Connect(ctx, c.URL())
 }
 
+// Conn opens one connection to the server as the superuser, failing t when
+// it cannot, and closes it when the test ends.
+func (c *Cluster) Conn(t testing.TB, ctx context.Context) *pgx.Conn {
+	t.Helper()
+	conn, err := c.Connect(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: connect to port %d: %v", c.Port, err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // WaitForStandby waits until the standby s has replayed everything c had
 // written when it was called.
 func (c *Cluster) WaitForStandby(t testing.TB, s *Cluster) {

@@ -61,11 +61,23 @@ func New(t testing.TB) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	schema := NewSchema(t, pool, "t_")
+	if _, err := postgres.Migrate(ctx, pool, schema); err != nil {
+		t.Fatalf("pgtest: migrate schema %s: %v", schema, err)
+	}
+	return &DB{URL: url, Schema: schema, Pool: pool}
+}
+
+// NewSchema returns a fresh schema name, prefix and 16 hex digits, and
+// registers its removal (DROP SCHEMA IF EXISTS … CASCADE, on pool) with
+// t.Cleanup. It creates nothing: the test makes the schema its own way.
+func NewSchema(t testing.TB, pool *pgxpool.Pool, prefix string) string {
+	t.Helper()
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatalf("pgtest: random schema name: %v", err)
 	}
-	schema := "t_" + hex.EncodeToString(b[:])
+	schema := prefix + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -73,10 +85,13 @@ func New(t testing.TB) *DB {
 			t.Errorf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
-	if _, err := postgres.Migrate(ctx, pool, schema); err != nil {
-		t.Fatalf("pgtest: migrate schema %s: %v", schema, err)
-	}
-	return &DB{URL: url, Schema: schema, Pool: pool}
+	return schema
+}
+
+// Table returns the name of the table name in the test's schema, quoted
+// for SQL.
+func (db *DB) Table(name string) string {
+	return pgx.Identifier{db.Schema, name}.Sanitize()
 }
 
 // NewPool opens a pool on url, pings it and closes it when the test ends.
