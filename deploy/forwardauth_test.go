@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -78,41 +77,21 @@ func startNginx(t *testing.T, check, upstream string) string {
 	os.Chmod(dir, 0o755) // nginx's workers may run as another user
 	listen := proctest.FreeAddr(t)
 	site := render(t, "nginx/sluice.conf", exampleCheck, check, exampleApp, upstream, "listen 8000;", "listen "+listen+";")
-	if err := os.WriteFile(filepath.Join(dir, "sluice.conf"), []byte(site), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeConf(t, filepath.Join(dir, "sluice.conf"), site)
 	// What a packaged nginx.conf has around conf.d/*.conf, with every path
 	// in the test's directory.
-	main := fmt.Sprintf(`worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 512; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/client_body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    include %[1]s/sluice.conf;
-}
-`, dir)
+	var main strings.Builder
+	fmt.Fprintf(&main, "worker_processes 1;\npid %[1]s/nginx.pid;\nerror_log %[1]s/error.log warn;\n", dir)
+	main.WriteString("events { worker_connections 512; }\nhttp {\n    access_log off;\n")
+	for _, temp := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&main, "    %s_temp_path %s/%s;\n", temp, dir, temp)
+	}
+	fmt.Fprintf(&main, "    include %s/sluice.conf;\n}\n", dir)
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := &proctest.Buffer{}
+	writeConf(t, conf, main.String())
 	cmd := exec.Command(nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", conf, "-g", "daemon off;")
-	cmd.Stdout, cmd.Stderr = out, out
-	exited, err := proctest.StartChild(cmd, syscall.SIGTERM) // nginx stops its workers on SIGTERM
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proctest.Stop(cmd, exited, 10*time.Second) })
-	if !proctest.Accepts(listen, exited, 30*time.Second, 20*time.Millisecond) {
-		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-		t.Fatalf("nginx does not listen on %s: %s\n%s", listen, out, log)
-	}
+	// nginx stops its workers on SIGTERM.
+	runProxy(t, cmd, syscall.SIGTERM, listen, filepath.Join(dir, "error.log"))
 	return "http://" + listen
 }
 
@@ -124,29 +103,45 @@ func startCaddy(t *testing.T, check, upstream string) string {
 	dir := t.TempDir()
 	listen := proctest.FreeAddr(t)
 	site := render(t, "caddy/Caddyfile", exampleCheck, check, exampleApp, upstream, "\n:8000 {", "\nhttp://"+listen+" {")
-	if err := os.WriteFile(filepath.Join(dir, "site"), []byte(site), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeConf(t, filepath.Join(dir, "site"), site)
 	// Global options of the test's Caddy: no admin endpoint (tests run
 	// side by side), no certificates to manage.
-	main := "{\n\tadmin off\n\tauto_https off\n}\nimport " + filepath.Join(dir, "site") + "\n"
 	conf := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(conf, []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := &proctest.Buffer{}
+	writeConf(t, conf, "{\n\tadmin off\n\tauto_https off\n}\nimport "+filepath.Join(dir, "site")+"\n")
 	cmd := exec.Command(caddy, "run", "--config", conf, "--adapter", "caddyfile")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir}
+	runProxy(t, cmd, syscall.SIGKILL, listen, "")
+	return "http://" + listen
+}
+
+// writeConf writes a configuration file of the test's.
+func writeConf(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runProxy starts cmd, a proxy, as a child whose parent-death signal is
+// sig, stops it when the test ends, and waits for it to accept on listen;
+// if it does not, the test fails with its output and errorLog (a file,
+// when the proxy logs to one).
+func runProxy(t *testing.T, cmd *exec.Cmd, sig syscall.Signal, listen, errorLog string) {
+	t.Helper()
+	out := &proctest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	exited, err := proctest.StartChild(cmd, syscall.SIGKILL)
+	exited, err := proctest.StartChild(cmd, sig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proctest.Stop(cmd, exited, 10*time.Second) })
 	if !proctest.Accepts(listen, exited, 30*time.Second, 20*time.Millisecond) {
-		t.Fatalf("caddy does not listen on %s:\n%s", listen, out)
+		var log []byte
+		if errorLog != "" {
+			log, _ = os.ReadFile(errorLog)
+		}
+		t.Fatalf("%s does not listen on %s: %s\n%s", filepath.Base(cmd.Path), listen, out, log)
 	}
-	return "http://" + listen
 }
 
 // decisionService starts sluice with only its check listener, trusting the
@@ -292,27 +287,9 @@ func TestSharedLimitBehindProxies(t *testing.T) {
 		})
 		bases = append(bases, startNginx(t, check, a.addr()))
 	}
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 30 {
-		wg.Go(func() {
-			<-start
-			res, err := client.Get(bases[i%3] + "/hello")
-			code := 0
-			if err == nil {
-				code = res.StatusCode
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		})
-	}
-	close(start)
-	wg.Wait()
+	codes := proctest.CountStatuses(t, 30, func(i int) (int, error) {
+		return proctest.StatusOf(client.Get(bases[i%3] + "/hello"))
+	})
 	if codes[200] != 5 || codes[429] != 25 || a.hits.Load() != 5 {
 		t.Errorf("30 requests through three nginx and three sluice on a limit of 5: %v, %d reached the app; want 5 × 200, 25 × 429, 5", codes, a.hits.Load())
 	}
