@@ -18,18 +18,15 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // burstAlgorithms and burstLimits span the matrix; burstRules has one rule
@@ -100,13 +97,28 @@ func (c *burstCell) send(gw int, key string) int {
 // concurrently sends n requests for key(i) at once, request i through
 // gateway i%3, at most 1,000 in flight, and counts the statuses.
 func (c *burstCell) concurrently(n int, key func(i int) string) map[int]int {
+	return c.paced(n, 0, key)
+}
+
+// paced sends n requests as concurrently does, but one every interval (0:
+// all at once), each without waiting for the ones before to be answered.
+func (c *burstCell) paced(n int, interval time.Duration, key func(i int) string) map[int]int {
 	var (
-		mu  sync.Mutex
-		st  = map[int]int{}
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, 1000)
+		mu   sync.Mutex
+		st   = map[int]int{}
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 1000)
+		tick <-chan time.Time
 	)
+	if interval > 0 {
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for i := range n {
+		if tick != nil {
+			<-tick
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -186,24 +198,7 @@ var burstPatterns = []burstPattern{
 			return msg
 		}
 		n := room + 20
-		var (
-			mu sync.Mutex
-			st = map[int]int{}
-			wg sync.WaitGroup
-		)
-		tick := time.NewTicker(3 * time.Millisecond)
-		defer tick.Stop()
-		for i := range n {
-			<-tick.C
-			wg.Go(func() {
-				code := c.send(i, key)
-				mu.Lock()
-				st[code]++
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return exact(st, n, room)
+		return exact(c.paced(n, 3*time.Millisecond, func(int) string { return key }), n, room)
 	}},
 	{"300 keys at once", func(c *burstCell, key string) string {
 		// Past the limit for limits 5 and 20; for 100 and 3,000, ten
@@ -222,10 +217,8 @@ var burstPatterns = []burstPattern{
 func runBurstMatrix(t *testing.T) {
 	db := pgtest.New(t)
 	up := newKeyUpstream(t)
-	env := faultEnv(up.URL, db.URL)
+	env := schemaEnv(up.URL, db)
 	env["SLUICE_RULES"] = burstRules()
-	env["SLUICE_DB_SCHEMA"] = db.Schema
-	env["SLUICE_AUTO_MIGRATE"] = "false"
 	delete(env, "SLUICE_DB_TIMEOUT") // the default deadline: 50ms
 	ps := startGatewayProcesses(t, 3, env)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
@@ -286,7 +279,7 @@ func storeErrors(t *testing.T, ps []*process) map[string]float64 {
 
 // counterRows describes the counters of rule in db, for failure messages.
 func counterRows(t *testing.T, db *pgtest.DB, rule string) string {
-	rows, err := db.Pool.Query(context.Background(), "SELECT n, leased, need_us FROM "+db.Schema+".counters WHERE rule = $1 ORDER BY n DESC LIMIT 5", rule)
+	rows, err := db.Pool.Query(context.Background(), "SELECT n, leased, need_us FROM "+db.Table("counters")+" WHERE rule = $1 ORDER BY n DESC LIMIT 5", rule)
 	if err != nil {
 		return err.Error()
 	}
@@ -306,12 +299,7 @@ func counterRows(t *testing.T, db *pgtest.DB, rule string) string {
 // contain label.
 func sumSeries(t *testing.T, p *process, prefix, label string) float64 {
 	t.Helper()
-	res, err := faultClient.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	series, err := proctest.ParseMetrics(res.Body)
+	series, err := p.metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,22 +318,9 @@ func TestBurstExactness(t *testing.T) {
 }
 
 // TestBurstExactnessLoaded runs the matrix beside two CPU-bound loops
-// (`while :; do :; done`), one per core of the CI machine.
+// (`while :; do :; done`), one per core of the CI machine, for as long as
+// the matrix runs (at most half an hour).
 func TestBurstExactnessLoaded(t *testing.T) {
-	for range 2 {
-		spin := exec.Command("sh", "-c", "while :; do :; done")
-		spin.Stdout, spin.Stderr = os.Stderr, os.Stderr
-		if err := spin.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var once atomic.Bool
-		stop := func() {
-			if once.CompareAndSwap(false, true) {
-				spin.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may have ended
-				spin.Wait()                          //nolint:errcheck // killed
-			}
-		}
-		t.Cleanup(stop)
-	}
+	busyCores(t, 2, 30*time.Minute)
 	runBurstMatrix(t)
 }

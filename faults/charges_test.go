@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestChargesAcrossGateways: two gateway processes share a tenant's
@@ -24,8 +22,7 @@ import (
 // gateway's admin API; the requests-per-minute rule beside them counts
 // requests, not tokens.
 func TestChargesAcrossGateways(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db := parallelDB(t)
 	const n = 400
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -46,10 +43,7 @@ tpm:     POST /v1/chat/completions by tenant 100000000/1m charge=json(usage.tota
 monthly: *    /v1/*                by tenant 100000000/1mo tz=Europe/Berlin charge=json(usage.total_tokens)
 rpm:     POST /v1/chat/completions by tenant 100000/1m
 `
-	env := leaseGatewayEnv(up.URL, db.URL, rules)
-	env["SLUICE_DB_SCHEMA"] = db.Schema
-	env["SLUICE_AUTO_MIGRATE"] = "false" // pgtest migrated it
-	ps := startGatewayProcesses(t, 2, env)
+	ps := startGatewayProcesses(t, 2, leaseGatewayEnv(up.URL, db, rules))
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex

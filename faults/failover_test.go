@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-
-	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestFaultFailover: a primary and a streaming standby; the primary stops,
@@ -21,8 +19,7 @@ import (
 // ready again within seconds and exact from their first decision after
 // /readyz said 200, with the counts made before the failover.
 func TestFaultFailover(t *testing.T) {
-	t.Parallel()
-	primary := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	primary := parallelCluster(t)
 	standby := primary.NewStandby(t)
 	url := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write",
 		primary.Port, standby.Port)
@@ -72,8 +69,7 @@ func TestFaultFailover(t *testing.T) {
 // (target_session_attrs=read-write), the fail modes apply, and decisions
 // resume by themselves when it takes writes again.
 func TestFaultDemotedPrimary(t *testing.T) {
-	t.Parallel()
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	c := parallelCluster(t)
 	gws := gatewaysOn(t, c.URL()+"&target_session_attrs=read-write", 1)
 	g := gws[0]
 	expectExact(t, gws, "before")

@@ -79,6 +79,34 @@ func startFault(t *testing.T, env map[string]string) *faultGateway {
 	return g
 }
 
+// schemaEnv is faultEnv for a gateway on db, a schema pgtest.New made and
+// migrated: the gateway does not migrate it again.
+func schemaEnv(upstream string, db *pgtest.DB) map[string]string {
+	env := faultEnv(upstream, db.URL)
+	env["SLUICE_DB_SCHEMA"] = db.Schema
+	env["SLUICE_AUTO_MIGRATE"] = "false"
+	return env
+}
+
+// parallelDB runs t in parallel with the other fault tests, on a schema of
+// its own in the shared database (pgtest.New): for the tests that break
+// nothing of the server's.
+func parallelDB(t *testing.T) *pgtest.DB {
+	t.Helper()
+	t.Parallel()
+	return pgtest.New(t)
+}
+
+// parallelCluster runs t in parallel with the other fault tests, on a
+// private cluster of its own: what the test stops, locks or breaks there
+// touches no other test. (The tests that bound answer times run alone and
+// call pgtest.NewCluster themselves.)
+func parallelCluster(t *testing.T) *pgtest.Cluster {
+	t.Helper()
+	t.Parallel()
+	return pgtest.NewCluster(t, pgtest.ClusterOptions{})
+}
+
 // clusterGateways starts a private cluster and n gateways on it, as
 // gatewaysOn starts them.
 func clusterGateways(t *testing.T, n int) (*pgtest.Cluster, []*faultGateway) {

@@ -10,50 +10,22 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
-// leaseGatewayEnv is the environment of a gateway process on db in front
-// of up, with rules. The rules' fail mode is closed and the deadline long:
+// leaseGatewayEnv is the environment of a gateway process on db (as
+// schemaEnv) in front of up, with rules. The rules' fail mode is closed and the deadline long:
 // these tests are about exactness, and a decision that misses its deadline
 // on a loaded machine must show as a 503, not be decided by a fallback
 // (fail=local would let it through on a per-instance limit).
-func leaseGatewayEnv(up, dbURL, rules string) map[string]string {
-	env := faultEnv(up, dbURL)
+func leaseGatewayEnv(up string, db *pgtest.DB, rules string) map[string]string {
+	env := schemaEnv(up, db)
 	env["SLUICE_RULES"] = rules
 	env["SLUICE_FAIL_MODE"] = "closed"
 	env["SLUICE_DB_TIMEOUT"] = "2s"
 	return env
-}
-
-// startGatewayProcesses starts n gateway processes of the binary with env
-// and waits until each accepts requests and says it is ready.
-func startGatewayProcesses(t *testing.T, n int, env map[string]string) []*process {
-	t.Helper()
-	bin := sluiceBinary(t)
-	var ps []*process
-	for range n {
-		p := startProcess(t, bin, env)
-		ps = append(ps, p)
-	}
-	for _, p := range ps {
-		if !p.waitAccepts(30 * time.Second) {
-			t.Fatalf("a gateway did not open its port:\n%s", p.output())
-		}
-		waitFor(t, 30*time.Second, "the gateway is ready", func() bool {
-			res, err := faultClient.Get("http://" + p.admin + "/readyz")
-			if err != nil {
-				return false
-			}
-			res.Body.Close()
-			return res.StatusCode == 200
-		})
-	}
-	return ps
 }
 
 // split7020 is the gateway of request i: 70 % the first, 20 % the second,
@@ -112,8 +84,7 @@ func sendAll(ps []*process, n int, path string, key func(i int) string, via func
 // of 20 each, 30 requests per key spread over the gateways: exactly 20
 // each.
 func TestLeasesExactThroughGateways(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db := parallelDB(t)
 	up := newKeyUpstream(t)
 	rules := `
 fixed:   POST /fixed   by header(X-Key) 3000/1d
@@ -122,10 +93,7 @@ sliding: POST /sliding by header(X-Key) 3000/1d sliding
 token:   POST /token   by header(X-Key) 3000/1d token
 small:   POST /small   by header(X-Key) 20/1d
 `
-	env := leaseGatewayEnv(up.URL, db.URL, rules)
-	env["SLUICE_DB_SCHEMA"] = db.Schema
-	env["SLUICE_AUTO_MIGRATE"] = "false" // pgtest migrated it
-	ps := startGatewayProcesses(t, 3, env)
+	ps := startGatewayProcesses(t, 3, leaseGatewayEnv(up.URL, db, rules))
 	for _, alg := range []string{"fixed", "reset", "sliding", "token"} {
 		path := "/" + alg
 		st := sendAll(ps, 4500, path, func(int) string { return "hot" }, split7020, nil)
@@ -167,20 +135,13 @@ func leaseDeathBound(limit int) int { return limit / 16 }
 // reach the upstream, and no fewer than 3,000 less what README says a
 // dead gateway can waste.
 func TestLeaseGatewayKilledMidBurst(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db := parallelDB(t)
 	up := newKeyUpstream(t)
-	env := leaseGatewayEnv(up.URL, db.URL, "hot: POST /hot by header(X-Key) 3000/1d")
-	env["SLUICE_DB_SCHEMA"] = db.Schema
-	env["SLUICE_AUTO_MIGRATE"] = "false"
-	ps := startGatewayProcesses(t, 3, env)
+	ps := startGatewayProcesses(t, 3, leaseGatewayEnv(up.URL, db, "hot: POST /hot by header(X-Key) 3000/1d"))
 	var killOnce sync.Once
 	st := sendAll(ps, 4500, "/hot", func(int) string { return "k" }, split7020, func(i int) {
 		if i == 1500 {
-			killOnce.Do(func() {
-				ps[1].cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may have died already
-				<-ps[1].exited
-			})
+			killOnce.Do(ps[1].kill)
 		}
 	})
 	got := up.snapshot()["/hot k"]

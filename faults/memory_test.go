@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // TestMemoryFloodBounded: a sluice process on the in-memory store, with
@@ -19,15 +18,12 @@ import (
 func TestMemoryFloodBounded(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	p := startProcess(t, sluiceBinary(t), map[string]string{
+	p := startGatewayProcesses(t, 1, map[string]string{
 		"SLUICE_UPSTREAM":        up.URL,
 		"SLUICE_RULES":           "flood: POST /flood by header(X-Key) 3/1h",
 		"SLUICE_MEMORY_MAX_KEYS": "1000",
-	})
-	if !p.waitAccepts(30 * time.Second) {
-		t.Fatalf("the public port did not open:\n%s", p.output())
-	}
-	g := &faultGateway{url: "http://" + p.public}
+	})[0]
+	g := p.gateway()
 	send := func(key string) int {
 		r, err := g.post("/flood", key)
 		if err != nil {
@@ -69,8 +65,7 @@ func TestMemoryFloodBounded(t *testing.T) {
 			t.Errorf("victim %d after the flood: %d, want 429", v, s)
 		}
 	}
-	admin := &faultGateway{admin: "http://" + p.admin}
-	m := admin.metrics(t)
+	m := g.metrics(t)
 	if n := m[`sluice_memory_counters{store="memory"}`]; n > 1000+64 {
 		t.Errorf("sluice_memory_counters %v, want at most SLUICE_MEMORY_MAX_KEYS and the overflow counters", n)
 	}

@@ -23,8 +23,7 @@ import (
 // exact counts. Migrations run directly against Postgres, since their
 // advisory lock needs a session of its own.
 func TestFaultPgBouncer(t *testing.T) {
-	t.Parallel()
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	c := parallelCluster(t)
 	bouncer := c.NewPgBouncer(t, map[string]string{"pool_mode": "transaction", "default_pool_size": "8"})
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, c.URL(), 2)

@@ -36,16 +36,7 @@ func TestFaultPostgresSlow(t *testing.T) {
 	expectExact(t, []*faultGateway{g}, "before")
 
 	ctx := context.Background()
-	locker, err := c.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Close(ctx)
-	watcher, err := c.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watcher.Close(ctx)
+	locker, watcher := c.Conn(t, ctx), c.Conn(t, ctx)
 	if _, err := locker.Exec(ctx, "BEGIN; LOCK TABLE sluice.counters IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}

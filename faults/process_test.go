@@ -5,14 +5,12 @@ package faults
 // Gateways as processes of the sluice binary.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
+	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,6 +57,32 @@ func startProcess(t *testing.T, bin string, env map[string]string) *process {
 	return p
 }
 
+// startGatewayProcesses starts n gateway processes of the binary with env
+// and waits until each accepts requests and says it is ready.
+func startGatewayProcesses(t *testing.T, n int, env map[string]string) []*process {
+	t.Helper()
+	bin := sluiceBinary(t)
+	var ps []*process
+	for range n {
+		p := startProcess(t, bin, env)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		if !p.waitAccepts(30 * time.Second) {
+			t.Fatalf("a gateway did not open its port:\n%s", p.output())
+		}
+		waitFor(t, 30*time.Second, "the gateway is ready", func() bool {
+			res, err := faultClient.Get("http://" + p.admin + "/readyz")
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == 200
+		})
+	}
+	return ps
+}
+
 // waitAccepts waits until the public listener accepts a connection (the
 // process logs its address then, with the admin listener's) and sets
 // p.public and p.admin.
@@ -77,51 +101,68 @@ func (p *process) stop(t *testing.T) {
 
 func (p *process) output() string { return p.out.String() }
 
-// metricValue returns the value of one series of the process's /metrics,
-// written as in the exposition; it is an error when the series is absent.
-// Unlike proctest.Scrape it may be called from any goroutine.
-func (p *process) metricValue(series string) (float64, error) {
+// metrics reads the process's /metrics into series → value, each series
+// written as in the exposition (proctest.ParseMetrics). Unlike
+// proctest.Scrape it may be called from any goroutine.
+func (p *process) metrics() (map[string]float64, error) {
 	res, err := faultClient.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	return proctest.ParseMetrics(res.Body)
+}
+
+// metricValue returns the value of one series of the process's /metrics;
+// it is an error when the series is absent.
+func (p *process) metricValue(series string) (float64, error) {
+	m, err := p.metrics()
 	if err != nil {
 		return 0, err
 	}
-	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
+	v, ok := m[series]
+	if !ok {
+		return 0, fmt.Errorf("%s: no series %s", p.admin, series)
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s: no series %s", p.admin, series)
+	return v, nil
 }
 
 // storeMetrics returns the store's latency histogram and statement count
 // from the process's /metrics, for failure messages.
 func (p *process) storeMetrics() string {
-	res, err := faultClient.Get("http://" + p.admin + "/metrics")
+	m, err := p.metrics()
 	if err != nil {
 		return err.Error()
 	}
-	defer res.Body.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		if l := sc.Text(); strings.HasPrefix(l, "sluice_store_duration_seconds_bucket") || strings.HasPrefix(l, "sluice_db_decide_statements_total") ||
-			strings.HasPrefix(l, "sluice_db_decisions_total") || strings.HasPrefix(l, "sluice_store_breaker") || strings.HasPrefix(l, "sluice_db_pool_") {
-			b.WriteString(l + " ")
+	var kept []string
+	for series, v := range m {
+		for _, prefix := range []string{"sluice_store_duration_seconds_bucket", "sluice_db_decide_statements_total",
+			"sluice_db_decisions_total", "sluice_store_breaker", "sluice_db_pool_"} {
+			if strings.HasPrefix(series, prefix) {
+				kept = append(kept, fmt.Sprint(series, " ", v))
+			}
 		}
 	}
-	return b.String()
+	slices.Sort(kept)
+	return strings.Join(kept, " ")
 }
 
-// busyCores starts n processes that each keep a core busy, for at most a
-// minute; the returned function stops them.
-func busyCores(t *testing.T, n int) func() {
+// gateway is the process as a faultGateway, for requests and metrics.
+func (p *process) gateway() *faultGateway {
+	return &faultGateway{url: "http://" + p.public, admin: "http://" + p.admin}
+}
+
+// kill kills the process (SIGKILL) and waits until it has exited.
+func (p *process) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // it may have died already
+	<-p.exited
+}
+
+// busyCores starts n processes that each keep a core busy, for at most
+// limit; the returned function stops them.
+func busyCores(t *testing.T, n int, limit time.Duration) func() {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	var cmds []*exec.Cmd
 	for range n {
 		cmd := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
@@ -132,14 +173,11 @@ func busyCores(t *testing.T, n int) func() {
 		}
 		cmds = append(cmds, cmd)
 	}
-	var once sync.Once
 	stop := func() {
-		once.Do(func() {
-			cancel()
-			for _, c := range cmds {
-				c.Wait() //nolint:errcheck // killed
-			}
-		})
+		cancel()
+		for _, c := range cmds {
+			c.Wait() //nolint:errcheck // killed, or waited for already
+		}
 	}
 	t.Cleanup(stop)
 	return stop
@@ -154,9 +192,9 @@ func rss(t *testing.T, pid int) int64 {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
+			var kb int64
+			if _, err := fmt.Sscanf(v, "%d kB", &kb); err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
 			}
 			return kb << 10
 		}

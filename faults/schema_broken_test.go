@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
@@ -23,8 +22,7 @@ import (
 // say clearly what is wrong, the fail modes apply, nothing crashes, and
 // decisions resume once the privileges are back.
 func TestFaultSchemaBroken(t *testing.T) {
-	t.Parallel()
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	c := parallelCluster(t)
 	c.Exec(t, "CREATE ROLE sluice_app LOGIN")
 	c.Exec(t, "GRANT CREATE ON DATABASE postgres TO sluice_app")
 	gws := gatewaysOn(t, fmt.Sprintf("postgres://sluice_app@127.0.0.1:%d/postgres?sslmode=disable", c.Port), 1)

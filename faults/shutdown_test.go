@@ -10,21 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestFaultGracefulShutdown: a decision waiting on the database when the
 // gateway is told to stop completes, decided by the store, and is counted;
 // the pool closes only after it.
 func TestFaultGracefulShutdown(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
+	db := parallelDB(t)
 	up := newUpstream(t)
-	env := faultEnv(up.URL, db.URL)
-	env["SLUICE_DB_SCHEMA"] = db.Schema
+	env := schemaEnv(up.URL, db)
 	env["SLUICE_DB_TIMEOUT"] = "30s" // the decision waits for the lock, whatever it takes
 	g := startFault(t, env)
 	if r := g.mustPost(t, "/closed", "inflight"); r.status != 200 {
@@ -37,7 +31,7 @@ func TestFaultGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer locker.Release()
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
+	counters := db.Table("counters")
 	if _, err := locker.Exec(ctx, "BEGIN; LOCK TABLE "+counters+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}

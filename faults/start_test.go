@@ -5,14 +5,11 @@ package faults
 // Starts: without a database, and cold, at once, on a loaded machine.
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/gateway"
@@ -25,8 +22,7 @@ import (
 // mode. The database starts: without a restart the gateway becomes ready
 // and decides exactly, with a second gateway that started later.
 func TestFaultStartWithoutDatabase(t *testing.T) {
-	t.Parallel()
-	c := pgtest.NewCluster(t, pgtest.ClusterOptions{})
+	c := parallelCluster(t)
 	c.Stop(t)
 	up := newUpstream(t)
 	env := faultEnv(up.URL, c.URL())
@@ -77,16 +73,14 @@ func TestFaultStartWithoutDatabase(t *testing.T) {
 // gateway's listener opens only once its store is ready: migrated, pool
 // connected and warm.
 func TestFaultColdStartUnderLoad(t *testing.T) {
-	t.Parallel()
 	bin := sluiceBinary(t)
-	db := pgtest.New(t) // for its connection; each run makes a schema of its own
+	db := parallelDB(t) // for its connection; each run makes a schema of its own
 	up := newUpstream(t)
 	for run := range 10 {
-		schema := fmt.Sprintf("%s_cold%d", db.Schema, run)
-		t.Cleanup(func() {
-			db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck // best effort
-		})
-		stopLoad := busyCores(t, 2)
+		env := faultEnv(up.URL, db.URL)
+		env["SLUICE_DB_SCHEMA"] = pgtest.NewSchema(t, db.Pool, "cold_")
+		env["SLUICE_DB_TIMEOUT"] = coldStartTimeout.String()
+		stopLoad := busyCores(t, 2, time.Minute)
 		var (
 			mu    sync.Mutex
 			codes = map[int]int{}
@@ -94,21 +88,14 @@ func TestFaultColdStartUnderLoad(t *testing.T) {
 			procs []*process
 		)
 		for range 3 {
-			p := startProcess(t, bin, map[string]string{
-				"SLUICE_UPSTREAM":     up.URL,
-				"SLUICE_RULES":        faultRules,
-				"SLUICE_DATABASE_URL": db.URL,
-				"SLUICE_DB_SCHEMA":    schema,
-				"SLUICE_HASH_KEY":     "fault-test-secret-0123456789",
-				"SLUICE_DB_TIMEOUT":   coldStartTimeout.String(),
-			})
+			p := startProcess(t, bin, env)
 			procs = append(procs, p)
 			wg.Go(func() {
 				if !p.waitAccepts(60 * time.Second) {
 					t.Errorf("a public port did not accept within 60s:\n%s", p.output())
 					return
 				}
-				g := &faultGateway{url: "http://" + p.public}
+				g := p.gateway()
 				const waited = "sluice_db_pool_empty_acquire_total"
 				before, err := p.metricValue(waited)
 				if err != nil {
