@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/hashing"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -105,7 +108,10 @@ func TestParseFleetFlags(t *testing.T) {
 		{"-gateways", "1,x"},
 		{"-callers", "0"},
 		{"-rate", "-1"},
-		{"-keys", "200000"},
+		{"-keys", "3000000"},
+		{"-total-rate", "-1"},
+		{"-rate", "100", "-total-rate", "1000"},
+		{"-private-cluster=maybe"},
 		{"-synchronous-commit", "local"},
 		{"-duration", "0s"},
 		{"extra"},
@@ -113,6 +119,54 @@ func TestParseFleetFlags(t *testing.T) {
 		if _, err := parseFleetFlags(bad); err == nil {
 			t.Errorf("parseFleetFlags(%q): no error", bad)
 		}
+	}
+}
+
+// The flags of a fleet of 64 gateways: a fleet-wide rate, a million keys,
+// a private cluster; -private-cluster is auto unless given, and stands
+// alone for true.
+func TestParseFleetFlagsLargeFleet(t *testing.T) {
+	o, err := parseFleetFlags([]string{"-gateways", "1,64", "-total-rate", "20000", "-keys", "1000000", "-private-cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.totalRate != 20000 || o.rate != 0 || o.keys != 1000000 || o.privateCluster != clusterOn {
+		t.Errorf("options = %+v", o)
+	}
+	if r1, r64 := o.gatewayRate(1), o.gatewayRate(64); r1 != 20000 || r64 != 312.5 {
+		t.Errorf("gatewayRate(1), (64) = %v, %v; want 20000, 312.5", r1, r64)
+	}
+	for args, want := range map[string]clusterMode{"": clusterAuto, "-private-cluster=false": clusterOff, "-private-cluster=auto": clusterAuto, "-private-cluster=true": clusterOn} {
+		o, err := parseFleetFlags(strings.Fields(args))
+		if err != nil || o.privateCluster != want {
+			t.Errorf("%q: -private-cluster %v (%v), want %v", args, o.privateCluster.String(), err, want.String())
+		}
+	}
+	if o, _ := parseFleetFlags([]string{"-rate", "500"}); o.gatewayRate(8) != 500 {
+		t.Errorf("-rate 500: gatewayRate(8) = %v, want 500", o.gatewayRate(8))
+	}
+}
+
+// Up to 131,072 keys the clients are IPv4 addresses of 198.18.0.0/15;
+// beyond, IPv6 addresses of 2001:db8::/32, each in a /64 of its own, so
+// that every key is a group of its own.
+func TestFleetIP(t *testing.T) {
+	if ip := fleetIP(maxIPv4Keys-1, maxIPv4Keys); ip != netip.MustParseAddr("198.19.255.255") {
+		t.Errorf("last IPv4 key: %s", ip)
+	}
+	if ip := fleetIP(0, 1000000); ip != netip.MustParseAddr("2001:db8::1") {
+		t.Errorf("first IPv6 key: %s", ip)
+	}
+	groups := map[string]bool{}
+	for _, i := range []int{0, 1, 255, 256, 65535, 65536, 999999, maxFleetKeys - 1} {
+		ip := fleetIP(i, maxFleetKeys)
+		if !netip.MustParsePrefix("2001:db8::/32").Contains(ip) {
+			t.Errorf("key %d: %s outside 2001:db8::/32", i, ip)
+		}
+		groups[hashing.IPGroup(ip)] = true
+	}
+	if len(groups) != 8 {
+		t.Errorf("8 keys in %d /64 groups: %v", len(groups), groups)
 	}
 }
 
@@ -211,6 +265,32 @@ func TestFleetPaced(t *testing.T) {
 	r.writeTable(&table)
 	if !strings.Contains(table.String(), "paced to 1000 decisions/s per gateway") {
 		t.Errorf("table does not say the load was paced:\n%s", table.String())
+	}
+}
+
+// A short fleet on a private cluster: it runs, Postgres's CPU is measured
+// there, and the cluster is gone after.
+func TestFleetPrivateCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	if _, err := pgTool("initdb"); err != nil {
+		t.Skip(err)
+	}
+	r := shortFleet(t, "-private-cluster", "-gateways", "1", "-callers", "8", "-keys", "200", "-warmup", "0s", "-duration", "1s")
+	if r.cluster == nil || r.cluster.maxConnections < r.gatewayConns {
+		t.Fatalf("cluster %+v for gateways of %d connections", r.cluster, r.gatewayConns)
+	}
+	if row := r.rows[0]; row.decided == 0 || r.cpuErr != nil || row.backendCPU <= 0 {
+		t.Errorf("decided %d, backends' CPU %s (%v)", row.decided, row.backendCPU, r.cpuErr)
+	}
+	if _, err := os.Stat(r.cluster.dir); !os.IsNotExist(err) {
+		t.Errorf("cluster directory %s: %v, want removed", r.cluster.dir, err)
+	}
+	var table strings.Builder
+	r.writeTable(&table)
+	if !strings.Contains(table.String(), "a private cluster") {
+		t.Errorf("table does not say it ran on a private cluster:\n%s", table.String())
 	}
 }
 
