@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -655,93 +653,4 @@ func resize[T any](s []T, n int) []T {
 		return s[:n]
 	}
 	return make([]T, n)
-}
-
-// Collectors returns Prometheus metrics of the Store's statements, for the
-// gateway to register: sluice_db_decisions_total (decisions sent to the
-// database), sluice_db_decide_statements_total (decide statements, retries
-// included; their ratio is the transactions per decision) and
-// sluice_db_queued_decisions (decisions waiting for a statement now).
-func (s *Store) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_db_decisions_total",
-			Help: "Decisions sent to the database.",
-		}, func() float64 { return float64(s.nDecisions.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_db_decide_statements_total",
-			Help: "Decide statements (transactions) sent for them, retries included.",
-		}, func() float64 { return float64(s.nStatements.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_db_queued_decisions",
-			Help: "Decisions waiting for a statement while others are in flight.",
-		}, func() float64 { return float64(s.BatchStats().Queued) }),
-	}
-}
-
-// LeaseStats describe a Store's leases (see lease.go).
-type LeaseStats struct {
-	// Local counts the decisions answered from leases, without the
-	// database, since New.
-	Local uint64
-	// Grants counts the grants of leased units, and UnitsGranted their
-	// units; UnitsReturned the unspent units given back.
-	Grants, UnitsGranted, UnitsReturned uint64
-	// ReturnsLost counts leases whose return could not be sent or may not
-	// have been applied: their units stay counted until their windows end.
-	ReturnsLost uint64
-	// Counters is the number of counters with lease state now, and
-	// UnitsHeld the units they hold unspent.
-	Counters, UnitsHeld int64
-}
-
-// LeaseStats returns the store's lease counters; zero without leases.
-func (s *Store) LeaseStats() LeaseStats {
-	t := s.leases
-	if t == nil {
-		return LeaseStats{}
-	}
-	return LeaseStats{
-		Local: t.local.Load(), Grants: t.grants.Load(), UnitsGranted: t.unitsGranted.Load(),
-		UnitsReturned: t.unitsReturned.Load(), ReturnsLost: t.returnsLost.Load(),
-		Counters: t.n.Load(), UnitsHeld: t.held.Load(),
-	}
-}
-
-// LeaseCollectors returns Prometheus metrics of the store's leases:
-// sluice_lease_decisions_total (decisions answered from leased units,
-// without the database), sluice_lease_grants_total and
-// sluice_lease_units_granted_total, sluice_lease_units_returned_total,
-// sluice_lease_recall_waits_total (provisional denials asked again once
-// recalled units were back), sluice_lease_returns_lost_total,
-// sluice_lease_counters and sluice_lease_units_held.
-func (s *Store) LeaseCollectors() []prometheus.Collector {
-	counter := func(name, help string, f func(LeaseStats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.LeaseStats())) })
-	}
-	gauge := func(name, help string, f func(LeaseStats) int64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.LeaseStats())) })
-	}
-	return []prometheus.Collector{
-		counter("sluice_lease_decisions_total", "Decisions answered from leased units, without the database.",
-			func(st LeaseStats) uint64 { return st.Local }),
-		counter("sluice_lease_grants_total", "Grants of leased units.",
-			func(st LeaseStats) uint64 { return st.Grants }),
-		counter("sluice_lease_units_granted_total", "Units granted on leases.",
-			func(st LeaseStats) uint64 { return st.UnitsGranted }),
-		counter("sluice_lease_units_returned_total", "Leased units given back unspent.",
-			func(st LeaseStats) uint64 { return st.UnitsReturned }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_lease_recall_waits_total",
-			Help: "Times a decision denied while other gateways held units of its counter waited for them to be given back and asked again.",
-		}, func() float64 { return float64(s.recalled.Load()) }),
-		counter("sluice_lease_returns_lost_total", "Leases whose unspent units could not be given back; they stay counted until their windows end.",
-			func(st LeaseStats) uint64 { return st.ReturnsLost }),
-		gauge("sluice_lease_counters", "Counters this gateway keeps lease state for.",
-			func(st LeaseStats) int64 { return st.Counters }),
-		gauge("sluice_lease_units_held", "Leased units this gateway holds unspent.",
-			func(st LeaseStats) int64 { return st.UnitsHeld }),
-	}
 }
