@@ -7,32 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 	"github.com/sluicehq/sluice/migrations"
 )
-
-func keys(t *testing.T, db *pgtest.DB) map[string]bool {
-	t.Helper()
-	// Not the probes' own counter: a probe commits one decision of it.
-	rows, err := db.Pool.Query(context.Background(), "SELECT rule || '/' || key FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+
-		" WHERE rule <> $1", postgres.ProbeRule)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ks, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]bool{}
-	for _, k := range ks {
-		m[k] = true
-	}
-	return m
-}
 
 // TestCleanup: after their windows pass, expired rows go in bounded
 // batches, and live rows stay with their state.
@@ -118,7 +97,7 @@ func TestCleanupOneAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+" WHERE rule = 'f' AND key = '0' FOR UPDATE"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+db.Table("counters")+" WHERE rule = 'f' AND key = '0' FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -187,7 +166,7 @@ func TestOverrides(t *testing.T) {
 	}
 
 	// Overrides written by hand are seen too (the trigger bumps the epoch).
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{db.Schema, "overrides"}.Sanitize()+
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO "+db.Table("overrides")+
 		` (rule, key, "limit", window_us) VALUES ('query', 'hand', 7, 60000000)`); err != nil {
 		t.Fatal(err)
 	}

@@ -686,7 +686,7 @@ func TestDecideUsesPrimaryKey(t *testing.T) {
 	}
 	seq0, idx0 := scans()
 	decideIn("a") // plans made on an empty table
-	counters := pgx.Identifier{db.Schema, "counters"}.Sanitize()
+	counters := db.Table("counters")
 	if _, err := tx.Exec(ctx, "INSERT INTO "+counters+` (rule, key, alg, a, n, expires_at)
 		SELECT 'r', 'k' || i, 0, 0, 1, 'infinity' FROM generate_series(1, 20000) AS i`); err != nil {
 		t.Fatal(err)

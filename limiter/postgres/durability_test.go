@@ -108,11 +108,7 @@ func TestUncertainCommitCancelled(t *testing.T) {
 	// Cancel the backend once it waits for the standby.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	admin, err := c.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
+	admin := c.Conn(t, ctx)
 	for {
 		var n int
 		if err := admin.QueryRow(ctx, `SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity

@@ -114,13 +114,32 @@ func untilDenied(t *testing.T, s *postgres.Store, c limiter.Check, res []limiter
 	}
 }
 
+// keys returns the counters in db's schema as rule/key, the probes' aside.
+func keys(t testing.TB, db *pgtest.DB) map[string]bool {
+	t.Helper()
+	// Not the probes' own counter: a probe commits one decision of it.
+	rows, err := db.Pool.Query(context.Background(), "SELECT rule || '/' || key FROM "+db.Table("counters")+
+		" WHERE rule <> $1", postgres.ProbeRule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, k := range ks {
+		m[k] = true
+	}
+	return m
+}
+
 // rowCount returns the number of counter rows in db's schema, the probes' aside.
 func rowCount(t testing.TB, db *pgtest.DB) int {
 	t.Helper()
 	var n int
-	// Not the probes' own counter: a probe commits one decision of it.
 	if err := db.Pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+" WHERE rule <> $1", postgres.ProbeRule).Scan(&n); err != nil {
+		"SELECT count(*) FROM "+db.Table("counters")+" WHERE rule <> $1", postgres.ProbeRule).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -150,7 +169,7 @@ func counterTx(t *testing.T, db *pgtest.DB, stmt string) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // committed already, or rolled back
-	if _, err := tx.Exec(ctx, fmt.Sprintf(stmt, pgx.Identifier{db.Schema, "counters"}.Sanitize())); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(stmt, db.Table("counters"))); err != nil {
 		t.Fatal(err)
 	}
 	return tx

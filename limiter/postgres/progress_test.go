@@ -62,7 +62,7 @@ func holdRow(t *testing.T, db *pgtest.DB, app, rule string, hold time.Duration) 
 		conn.Close(context.Background())
 	})
 	go func() {
-		_, err := conn.Exec(ctx, "SELECT pg_sleep($2) FROM (SELECT 1 FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+
+		_, err := conn.Exec(ctx, "SELECT pg_sleep($2) FROM (SELECT 1 FROM "+db.Table("counters")+
 			" WHERE rule = $1 FOR UPDATE) AS locked", rule, hold.Seconds())
 		done <- err
 		close(finished)

@@ -450,7 +450,7 @@ func TestRowDeletedUnderDecision(t *testing.T) {
 	done := decideAsync(ctx, s, chk(r, "k"))
 	// Wait until the decision waits for our row lock, then delete the row.
 	waitLockWaits(t, db, 1)
-	if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{db.Schema, "counters"}.Sanitize()+" WHERE rule = 'r' AND key = 'k'"); err != nil {
+	if _, err := tx.Exec(ctx, "DELETE FROM "+db.Table("counters")+" WHERE rule = 'r' AND key = 'k'"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -652,7 +652,7 @@ func TestNewOptions(t *testing.T) {
 func TestProbeOldDefinition(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, "UPDATE "+pgx.Identifier{db.Schema, "schema_definitions"}.Sanitize()+" SET version = 1 WHERE name = 'decide'"); err != nil {
+	if _, err := db.Pool.Exec(ctx, "UPDATE "+db.Table("schema_definitions")+" SET version = 1 WHERE name = 'decide'"); err != nil {
 		t.Fatal(err)
 	}
 	// Probes that answer, with time for a loaded machine: what is under
