@@ -58,10 +58,18 @@ func unleased(o *postgres.Options) { o.Leasing = postgres.Unleased }
 
 // instance opens a store on db's schema and clk with a pool of its own, as
 // one of several gateways that share a database.
-func instance(t *testing.T, db *pgtest.DB, clk *storetest.Clock) *postgres.Store {
+func instance(t *testing.T, db *pgtest.DB, clk *storetest.Clock, opts ...func(*postgres.Options)) *postgres.Store {
 	t.Helper()
-	return open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now)
+	return open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now, opts...)
 }
+
+// patient gives a store a long decision deadline, for the tests in which
+// a decision waits for a row lock the test holds (counterTx) until it has
+// seen the decision wait: a lock held by a session that is not sluice's
+// fails the decision at its deadline (progress.go), and on a loaded
+// machine the test's own steps took longer than the default 50 ms. What
+// those tests check is the lock wait, not the deadline.
+func patient(o *postgres.Options) { o.DecisionTimeout = 10 * time.Second }
 
 // oneConnStore opens a store on a fresh schema and a pool of one
 // connection, on the database clock, and decides key k of rule (fixed,

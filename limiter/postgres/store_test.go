@@ -441,7 +441,7 @@ func TestBatchSequential(t *testing.T) {
 // which then counts from a fresh counter.
 func TestRowDeletedUnderDecision(t *testing.T) {
 	db := pgtest.New(t)
-	s := open(t, db, nil, newClock(base).Now)
+	s := open(t, db, nil, newClock(base).Now, patient)
 	r := fixed("r", 5, time.Minute)
 	decide(t, s, chk(r, "k"))
 	ctx := context.Background()
@@ -731,7 +731,7 @@ func TestNewKeyRace(t *testing.T) {
 	ctx := context.Background()
 	x := fixed("x", 10, time.Minute)
 	k := fixed("k", 10, time.Minute)
-	stores := []*postgres.Store{instance(t, db, clk), instance(t, db, clk)}
+	stores := []*postgres.Store{instance(t, db, clk, patient), instance(t, db, clk, patient)}
 	decide(t, stores[0], chk(x, "x")) // x exists, k does not
 
 	// Hold x, so that both decisions find k missing, then wait for x.
@@ -777,14 +777,10 @@ func TestNewHotKeyWaits(t *testing.T) {
 	ctx := context.Background()
 	hot := fixed("hot", 10, time.Minute)
 	// The decisions wait for the creator's commit, which comes once all
-	// three are seen waiting: on a loaded machine that took longer than
-	// the default decision deadline (50 ms), and a decision failed on its
-	// deadline instead of its lock. What is tested is the lock wait, so
-	// the deadline is long.
-	patient := func(o *postgres.Options) { o.DecisionTimeout = 10 * time.Second }
+	// three are seen waiting (see patient).
 	var stores []*postgres.Store
 	for range 3 {
-		stores = append(stores, open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now, patient))
+		stores = append(stores, instance(t, db, clk, patient))
 	}
 	// Another gateway is creating the counter: its insert is not committed.
 	tx := counterTx(t, db, "INSERT INTO %s (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')")
