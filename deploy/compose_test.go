@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // composeFile is the part of `docker-compose config`'s output the tests
@@ -185,12 +187,11 @@ func TestCompose(t *testing.T) {
 	}
 
 	// The settings and rules are ones sluice accepts.
-	check := exec.Command(sluiceBinary(t), "check-config")
-	check.Env = []string{"PATH=" + os.Getenv("PATH")}
+	checkEnv := []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range env {
-		check.Env = append(check.Env, k+"="+v)
+		checkEnv = append(checkEnv, k+"="+v)
 	}
-	if out, err := check.CombinedOutput(); err != nil {
+	if out, err := proctest.Run("", checkEnv, sluiceBinary(t), "check-config"); err != nil {
 		t.Errorf("sluice check-config with the compose file's environment: %v\n%s", err, out)
 	}
 }

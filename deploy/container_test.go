@@ -10,14 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,12 +111,9 @@ func TestContainerImage(t *testing.T) {
 	checkImageConfig(t, p, image)
 	checkImageFiles(t, p, image)
 
-	var upstreamHits atomic.Int64
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		upstreamHits.Add(1)
+	upstream := proctest.NewUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello from upstream")
-	}))
-	defer upstream.Close()
+	})
 	// The host's network, so that the container reaches the test's
 	// upstream on loopback and the test reaches the container's ports.
 	// The public listener is given port 0: the kernel picks a port nothing
@@ -139,10 +134,8 @@ func TestContainerImage(t *testing.T) {
 		t.Cleanup(func() { p.run("rm", "--force", "--time", "0", name) }) //nolint:errcheck // may be gone
 		logs = func() string {
 			// podman logs writes the container's standard error to its own.
-			cmd := exec.Command(p.bin, append(slices.Clone(p.args), "logs", name)...)
-			cmd.Env = p.env
-			out, _ := cmd.CombinedOutput()
-			return string(out)
+			out, _ := proctest.Run("", p.env, p.bin, append(slices.Clone(p.args), "logs", name)...)
+			return out
 		}
 		// "sluice started" names every listener once all are open.
 		var out string
@@ -172,7 +165,7 @@ func TestContainerImage(t *testing.T) {
 	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("4th request: %d, Retry-After %q; want 429 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
 	}
-	if n := upstreamHits.Load(); n != 3 {
+	if n := upstream.Hits(); n != 3 {
 		t.Fatalf("the upstream saw %d requests, want 3", n)
 	}
 

@@ -4,15 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
@@ -49,21 +45,14 @@ func render(t *testing.T, path string, oldNew ...string) string {
 // app is the application behind the proxy: it counts what reaches it and
 // sends rate-limit headers of its own, which the client must never see
 // beside sluice's.
-type app struct {
-	*httptest.Server
-	hits atomic.Int64
-}
+type app struct{ *proctest.Upstream }
 
 func newApp(t *testing.T) *app {
-	a := &app{}
-	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.hits.Add(1)
+	return &app{proctest.NewUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("RateLimit", `"app";r=99;t=1`)
 		w.Header().Set("X-RateLimit-Limit", "99")
 		io.WriteString(w, "from the app")
-	}))
-	t.Cleanup(a.Close)
-	return a
+	})}
 }
 
 func (a *app) addr() string { return strings.TrimPrefix(a.URL, "http://") }
@@ -89,9 +78,9 @@ func startNginx(t *testing.T, check, upstream string) string {
 	fmt.Fprintf(&main, "    include %s/sluice.conf;\n}\n", dir)
 	conf := filepath.Join(dir, "nginx.conf")
 	writeConf(t, conf, main.String())
-	cmd := exec.Command(nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", conf, "-g", "daemon off;")
 	// nginx stops its workers on SIGTERM.
-	runProxy(t, cmd, syscall.SIGTERM, listen, filepath.Join(dir, "error.log"))
+	runProxy(t, listen, filepath.Join(dir, "error.log"), syscall.SIGTERM, nil,
+		nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", conf, "-g", "daemon off;")
 	return "http://" + listen
 }
 
@@ -108,9 +97,8 @@ func startCaddy(t *testing.T, check, upstream string) string {
 	// side by side), no certificates to manage.
 	conf := filepath.Join(dir, "Caddyfile")
 	writeConf(t, conf, "{\n\tadmin off\n\tauto_https off\n}\nimport "+filepath.Join(dir, "site")+"\n")
-	cmd := exec.Command(caddy, "run", "--config", conf, "--adapter", "caddyfile")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir}
-	runProxy(t, cmd, syscall.SIGKILL, listen, "")
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir}
+	runProxy(t, listen, "", syscall.SIGKILL, env, caddy, "run", "--config", conf, "--adapter", "caddyfile")
 	return "http://" + listen
 }
 
@@ -122,25 +110,17 @@ func writeConf(t *testing.T, path, text string) {
 	}
 }
 
-// runProxy starts cmd, a proxy, as a child whose parent-death signal is
-// sig, stops it when the test ends, and waits for it to accept on listen;
-// if it does not, the test fails with its output and errorLog (a file,
-// when the proxy logs to one).
-func runProxy(t *testing.T, cmd *exec.Cmd, sig syscall.Signal, listen, errorLog string) {
+// runProxy starts the proxy prog with args and env as proctest.Daemon
+// does, and waits for it to accept on listen; if it does not, the test
+// fails with its output and errorLog (a file, when the proxy logs to one).
+func runProxy(t *testing.T, listen, errorLog string, sig syscall.Signal, env []string, prog string, args ...string) {
 	t.Helper()
-	out := &proctest.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	exited, err := proctest.StartChild(cmd, sig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proctest.Stop(cmd, exited, 10*time.Second) })
-	if !proctest.Accepts(listen, exited, 30*time.Second, 20*time.Millisecond) {
+	if out, ok := proctest.Daemon(t, listen, sig, env, prog, args...); !ok {
 		var log []byte
 		if errorLog != "" {
 			log, _ = os.ReadFile(errorLog)
 		}
-		t.Fatalf("%s does not listen on %s: %s\n%s", filepath.Base(cmd.Path), listen, out, log)
+		t.Fatalf("%s does not listen on %s: %s\n%s", filepath.Base(prog), listen, out, log)
 	}
 }
 
@@ -161,19 +141,11 @@ type reply struct {
 	body   string
 }
 
+// get sends GET url with the header pairs (a name, then its value).
 func get(t *testing.T, url string, header ...string) reply {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	for i := 0; i < len(header); i += 2 {
-		req.Header.Add(header[i], header[i+1])
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return reply{res.StatusCode, res.Header, string(b)}
+	res, body := proctest.Send(t, http.MethodGet, url, header...)
+	return reply{res.StatusCode, res.Header, body}
 }
 
 // expectLimited sends six requests through the proxy at base against a
@@ -206,7 +178,7 @@ func expectLimited(t *testing.T, base string, a *app) {
 			t.Errorf("request %d: RateLimit-Policy %q, want %q", i+1, got, want)
 		}
 	}
-	if n := a.hits.Load(); n != 3 {
+	if n := a.Hits(); n != 3 {
 		t.Errorf("%d requests reached the app, want 3", n)
 	}
 	r := get(t, base+"/elsewhere")
@@ -249,7 +221,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	if r.code != 503 || r.header.Get("Retry-After") != "1" || !strings.Contains(r.body, `"status":503`) {
 		t.Errorf("sluice gone: %d %v %s", r.code, r.header, r.body)
 	}
-	if n := a.hits.Load(); n != 4 { // three /hello and /elsewhere
+	if n := a.Hits(); n != 4 { // three /hello and /elsewhere
 		t.Errorf("%d requests reached the app, want 4", n)
 	}
 }
@@ -290,7 +262,7 @@ func TestSharedLimitBehindProxies(t *testing.T) {
 	codes := proctest.CountStatuses(t, 30, func(i int) (int, error) {
 		return proctest.StatusOf(client.Get(bases[i%3] + "/hello"))
 	})
-	if codes[200] != 5 || codes[429] != 25 || a.hits.Load() != 5 {
-		t.Errorf("30 requests through three nginx and three sluice on a limit of 5: %v, %d reached the app; want 5 × 200, 25 × 429, 5", codes, a.hits.Load())
+	if codes[200] != 5 || codes[429] != 25 || a.Hits() != 5 {
+		t.Errorf("30 requests through three nginx and three sluice on a limit of 5: %v, %d reached the app; want 5 × 200, 25 × 429, 5", codes, a.Hits())
 	}
 }

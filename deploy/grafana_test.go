@@ -3,10 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // dashboard is deploy/grafana/sluice.json as the tests read it.
@@ -166,7 +164,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := os.WriteFile(file, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err != nil {
+	if out, err := proctest.Run("", nil, promtool, "check", "rules", file); err != nil {
 		t.Errorf("promtool does not parse the dashboard's queries: %v\n%s\n(query i is the i-th of %q)", err, out, names)
 	}
 }
@@ -179,8 +177,7 @@ func TestGrafanaDashboard(t *testing.T) {
 func TestMetricsExist(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer upstream.Close()
+	upstream := proctest.NewUpstream(t, nil)
 	g := startSluice(t, map[string]string{
 		"SLUICE_UPSTREAM":     upstream.URL,
 		"SLUICE_DATABASE_URL": db.URL,

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // kustomizeModule renders the manifests where kubectl is missing or
@@ -539,8 +541,7 @@ func checkConfig(t *testing.T, rules string, configEnv, literal map[string]strin
 	if err := os.WriteFile(file, []byte(rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(sluiceBinary(t), "check-config")
-	cmd.Env = []string{
+	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"SLUICE_HASH_KEY=placeholder-hash-key-0123456789",
 		"SLUICE_ADMIN_TOKEN=placeholder-admin-token",
@@ -549,12 +550,12 @@ func checkConfig(t *testing.T, rules string, configEnv, literal map[string]strin
 	for _, src := range []map[string]string{configEnv, literal} {
 		for k, v := range src {
 			if strings.HasPrefix(k, "SLUICE_") {
-				cmd.Env = append(cmd.Env, k+"="+v)
+				env = append(env, k+"="+v)
 			}
 		}
 	}
-	cmd.Env = append(cmd.Env, "SLUICE_RULES_FILE="+file)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	env = append(env, "SLUICE_RULES_FILE="+file)
+	if out, err := proctest.Run("", env, sluiceBinary(t), "check-config"); err != nil {
 		t.Errorf("sluice check-config with the pod's configuration: %v\n%s", err, out)
 	}
 }

@@ -2,11 +2,12 @@ package deploy
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // alertRules is deploy/prometheus/alerts.yaml as the tests read it.
@@ -43,9 +44,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		{"check", "rules", "alerts.yaml"},
 		{"test", "rules", "alerts_test.yaml"},
 	} {
-		cmd := exec.Command(promtool, args...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := proctest.Run(dir, nil, promtool, args...); err != nil {
 			t.Errorf("promtool %v: %v\n%s", args, err, out)
 		}
 	}

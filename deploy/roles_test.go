@@ -6,15 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 )
@@ -70,15 +66,14 @@ func TestDatabaseRoles(t *testing.T) {
 	}
 	apply := func() {
 		t.Helper()
-		cmd := exec.Command(psql, superURL, "--no-psqlrc", "-v", "ON_ERROR_STOP=1",
+		out, err := proctest.Run("", nil, psql, superURL, "--no-psqlrc", "-v", "ON_ERROR_STOP=1",
 			"-v", "schema="+schema, "-v", "owner_role="+owner, "-v", "runtime_role="+runtime,
 			"-v", "owner_password="+ownerPW, "-v", "runtime_password="+runtimePW,
 			"-f", filepath.Join(root, "deploy", "postgres", "roles.sql"))
-		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("psql -f roles.sql: %v\n%s", err, out)
 		}
-		if strings.Contains(string(out), "pw-") {
+		if strings.Contains(out, "pw-") {
 			t.Fatalf("psql's output shows a password:\n%s", out)
 		}
 	}
@@ -95,13 +90,11 @@ func TestDatabaseRoles(t *testing.T) {
 	bin := sluiceBinary(t)
 	migrate := func(role, password string) string {
 		t.Helper()
-		cmd := exec.Command(bin, "migrate")
-		cmd.Env = []string{"SLUICE_DATABASE_URL=" + roleURL(role, password), "SLUICE_DB_SCHEMA=" + schema}
-		out, err := cmd.CombinedOutput()
+		out, err := proctest.Run("", []string{"SLUICE_DATABASE_URL=" + roleURL(role, password), "SLUICE_DB_SCHEMA=" + schema}, bin, "migrate")
 		if err != nil {
 			t.Fatalf("sluice migrate as %s: %v\n%s", role, err, out)
 		}
-		return string(out)
+		return out
 	}
 	if out := migrate(owner, ownerPW); !strings.HasPrefix(out, "schema "+schema+": ") || strings.Contains(out, ": 0 migrations") {
 		t.Fatalf("sluice migrate as the owner: %s", out)
@@ -113,9 +106,7 @@ func TestDatabaseRoles(t *testing.T) {
 	}
 
 	// The gateway as the runtime role.
-	var hits atomic.Int64
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	defer upstream.Close()
+	upstream := proctest.NewUpstream(t, nil)
 	g := startSluice(t, map[string]string{
 		"SLUICE_UPSTREAM":     upstream.URL,
 		"SLUICE_DATABASE_URL": roleURL(runtime, runtimePW),
@@ -154,14 +145,7 @@ func TestDatabaseRoles(t *testing.T) {
 	code, body = do("PUT", override, adminToken, `{"limit":5,"window":"1h"}`)
 	expect("PUT /v1/overrides", code, body, 200)
 	query := func() int {
-		req, _ := http.NewRequest("GET", g.url+"/api/query", nil)
-		req.Header.Set("X-Tenant-ID", "acme")
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body) //nolint:errcheck // draining
-		res.Body.Close()
+		res, _ := proctest.Send(t, "GET", g.url+"/api/query", "X-Tenant-ID", "acme")
 		return res.StatusCode
 	}
 	for i := range 5 {

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // TestSynchronousStandby runs deploy/postgres's scripts as compose.yaml and
@@ -164,15 +163,18 @@ func TestSynchronousStandby(t *testing.T) {
 	// The primary killed mid-traffic, the standby promoted: every commit
 	// the primary acknowledged is there.
 	writer := at(primary.Port, nil)
-	var acked atomic.Int64
-	enough, stopped := make(chan struct{}), make(chan error, 1)
+	// The writer sends, when a commit fails, the last one acknowledged.
+	type stop struct {
+		acked int64
+		err   error
+	}
+	enough, stopped := make(chan struct{}), make(chan stop, 1)
 	go func() {
 		for id := int64(1); ; id++ {
 			if _, err := writer.Exec(ctx, "INSERT INTO counts VALUES ($1)", id); err != nil {
-				stopped <- err
+				stopped <- stop{id - 1, err}
 				return
 			}
-			acked.Store(id)
 			if id == 200 {
 				close(enough)
 			}
@@ -180,18 +182,19 @@ func TestSynchronousStandby(t *testing.T) {
 	}()
 	select {
 	case <-enough:
-	case err := <-stopped:
-		t.Fatalf("writing to the primary: %v", err)
+	case s := <-stopped:
+		t.Fatalf("writing to the primary: %v", s.err)
 	case <-ctx.Done():
 		t.Fatal("the primary did not take 200 commits")
 	}
 	primary.Kill(t)
+	var last int64
 	select {
-	case <-stopped:
+	case s := <-stopped:
+		last = s.acked
 	case <-time.After(30 * time.Second):
 		t.Fatal("commits still succeed on a killed primary")
 	}
-	last := acked.Load()
 
 	short, cancelShort := context.WithTimeout(ctx, 10*time.Second)
 	if conn, err := through(short, nil); err == nil {
@@ -328,9 +331,8 @@ func runHealthcheck(t *testing.T, name string, svc composeService, c *pgtest.Clu
 	if prog == "" {
 		t.Fatalf("%s's healthcheck runs %s, which is not in %s", name, argv[0], path)
 	}
-	cmd := exec.Command(prog, argv[1:]...)
-	cmd.Env = []string{"PATH=" + path, "PGHOST=" + c.Dir, "PGPORT=" + strconv.Itoa(c.Port)}
-	if out, err := cmd.CombinedOutput(); err != nil {
+	env := []string{"PATH=" + path, "PGHOST=" + c.Dir, "PGPORT=" + strconv.Itoa(c.Port)}
+	if out, err := proctest.Run("", env, prog, argv[1:]...); err != nil {
 		t.Fatalf("%s's healthcheck %q: %v\n%s", name, svc.Healthcheck.Test, err, out)
 	}
 }
@@ -439,7 +441,7 @@ func TestDeployScripts(t *testing.T) {
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no scripts in deploy/postgres (%v)", err)
 	}
-	out, err := exec.Command(shellcheck, append([]string{"--shell=sh", "--severity=style"}, scripts...)...).CombinedOutput()
+	out, err := proctest.Run("", nil, shellcheck, append([]string{"--shell=sh", "--severity=style"}, scripts...)...)
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)
 	}

@@ -3,11 +3,12 @@ package deploy
 import (
 	"bufio"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // unitPath is where the unit is installed, and binPath where its
@@ -68,13 +69,12 @@ func TestSystemdUnit(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "usr", "lib", "systemd"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cp", "-a", systemUnits, filepath.Join(dir, "usr", "lib", "systemd")+"/").CombinedOutput(); err != nil {
+	if out, err := proctest.Run("", nil, "cp", "-a", systemUnits, filepath.Join(dir, "usr", "lib", "systemd")+"/"); err != nil {
 		t.Fatalf("copy the system's units: %v\n%s", err, out)
 	}
 
 	verify := func() (string, error) {
-		out, err := exec.Command(analyze, "verify", "--root="+dir, unitPath).CombinedOutput()
-		return string(out), err
+		return proctest.Run("", nil, analyze, "verify", "--root="+dir, unitPath)
 	}
 	// Without the binary, verify must object: otherwise its silence below
 	// would prove nothing.
@@ -88,9 +88,8 @@ func TestSystemdUnit(t *testing.T) {
 	}
 
 	// OK is an exposure below 5.0; --threshold fails above 4.9.
-	cmd := exec.Command(analyze, "security", "--offline=yes", "--threshold=49", "--no-pager", "--root="+dir, unitPath)
-	out, err := cmd.CombinedOutput()
-	_, level, _ := strings.Cut(string(out), "Overall exposure level for sluice.service: ")
+	out, err := proctest.Run("", nil, analyze, "security", "--offline=yes", "--threshold=49", "--no-pager", "--root="+dir, unitPath)
+	_, level, _ := strings.Cut(out, "Overall exposure level for sluice.service: ")
 	m := strings.Fields(level) // the exposure and its rating
 	if len(m) < 2 {
 		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
@@ -101,9 +100,8 @@ func TestSystemdUnit(t *testing.T) {
 	}
 
 	// The example environment file holds settings sluice accepts.
-	check := exec.Command(sluiceBinary(t), "check-config")
-	check.Env = append([]string{"PATH=" + os.Getenv("PATH")}, parseEnvironmentFile(t, filepath.Join(dir, envPath))...)
-	if out, err := check.CombinedOutput(); err != nil {
+	env := append([]string{"PATH=" + os.Getenv("PATH")}, parseEnvironmentFile(t, filepath.Join(dir, envPath))...)
+	if out, err := proctest.Run("", env, sluiceBinary(t), "check-config"); err != nil {
 		t.Errorf("sluice check-config with %s: %v\n%s", envPath, err, out)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"testing"
+	"time"
 )
 
 // StartChild starts cmd as a child that dies with this process: its
@@ -31,4 +33,24 @@ func StartChild(cmd *exec.Cmd, sig syscall.Signal) (exited chan struct{}, err er
 		cmd.Wait() //nolint:errcheck // the exit is what is waited for
 	}()
 	return exited, <-started
+}
+
+// Daemon starts the server program name with args, with env (nil for this
+// process's environment), as a child whose parent-death signal is sig,
+// stops it when the test ends (Stop, with 10 s of grace), and waits up to
+// 30 s for it to accept on addr. It returns the program's output, its
+// standard output and error, and whether it accepts; the caller fails with
+// the output, and what else the program logged, when it does not.
+func Daemon(t testing.TB, addr string, sig syscall.Signal, env []string, name string, args ...string) (*Buffer, bool) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = env
+	out := &Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	exited, err := StartChild(cmd, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Stop(cmd, exited, 10*time.Second) })
+	return out, Accepts(addr, exited, 30*time.Second, 20*time.Millisecond)
 }

@@ -2,12 +2,13 @@
 // sluice binary, PostgreSQL, PgBouncer, the Debian tools a test drives):
 // building the binary, finding a tool, free loopback ports and the
 // address a child logged for a listener given port 0, a buffer for a
-// child's output, starting a child that dies with the test and stopping
-// it, waiting for a port to accept, reading a Prometheus exposition or a
-// registry's series, small HTTP calls (raw bytes on a connection among
-// them, and an upstream's WebSocket upgrade), counting the statuses of
-// concurrent requests, and running a gateway's Run in-process on
-// loopback.
+// child's output, running a tool to its end, starting a child that dies
+// with the test (a server: until it accepts) and stopping it, waiting for
+// a port to accept, reading a Prometheus exposition or a registry's
+// series, small HTTP calls (raw bytes on a connection among them, and an
+// upstream's WebSocket upgrade), an upstream that counts the requests
+// reaching it, counting the statuses of concurrent requests, and running
+// a gateway's Run in-process on loopback.
 //
 // It is for tests (and the load harness in bench/) only, and imports
 // nothing of sluice.

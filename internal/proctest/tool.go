@@ -32,3 +32,16 @@ func Tool(t testing.TB, name, pkg string) string {
 	t.Skipf("%s; skipping (this fails when CI is set)", msg)
 	return ""
 }
+
+// Run runs the program name with args to its end, in dir ("" for this
+// process's directory) with env (nil for this process's environment), and
+// returns what it wrote to its standard output and error, together, and
+// its error: it did not start, or did not exit 0. The tests that check a
+// file with a tool (promtool, systemd-analyze, shellcheck, psql, sluice
+// check-config) run it so and print the output when it objects.
+func Run(dir string, env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
