@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,11 +136,10 @@ func get(t *testing.T, url string) (int, string) {
 func TestAdminListener(t *testing.T) {
 	// The upstream answers every path with a mark of its own, so that a
 	// public request the admin mux answered would show.
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := proctest.NewUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTeapot)
 		io.WriteString(w, "from the upstream "+r.URL.Path)
-	}))
-	defer up.Close()
+	})
 	env := base()
 	env["SLUICE_UPSTREAM"] = up.URL
 	g := start(t, env)
@@ -171,12 +168,11 @@ func TestAdminListener(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := proctest.NewUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		<-release
 		io.WriteString(w, "finished")
-	}))
-	defer up.Close()
+	})
 	env := base()
 	env["SLUICE_UPSTREAM"] = up.URL
 	g := start(t, env)
@@ -228,9 +224,7 @@ func databaseEnv(db *pgtest.DB, upstream, rules string) map[string]string {
 // the limit through, and after all restart, the limit still holds.
 func TestInstancesShareOneDatabase(t *testing.T) {
 	db := pgtest.New(t)
-	var hits atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	defer up.Close()
+	up := proctest.NewUpstream(t, nil)
 	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 5/1h")
 	env["SLUICE_FAIL_MODE"] = "closed"
 	var gws []*running
@@ -238,8 +232,8 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 		gws = append(gws, start(t, env))
 	}
 	codes := fire(t, gws, 30)
-	if codes[200] != 5 || codes[429] != 25 || hits.Load() != 5 {
-		t.Fatalf("status counts %v, upstream saw %d; want 5 allowed, 25 limited", codes, hits.Load())
+	if codes[200] != 5 || codes[429] != 25 || up.Hits() != 5 {
+		t.Fatalf("status counts %v, upstream saw %d; want 5 allowed, 25 limited", codes, up.Hits())
 	}
 
 	// Restart every instance: the counters live in the database.
@@ -252,8 +246,8 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 	for range 3 {
 		gws = append(gws, start(t, env))
 	}
-	if codes := fire(t, gws, 3); codes[429] != 3 || hits.Load() != 5 {
-		t.Fatalf("after restart: %v, upstream saw %d", codes, hits.Load())
+	if codes := fire(t, gws, 3); codes[429] != 3 || up.Hits() != 5 {
+		t.Fatalf("after restart: %v, upstream saw %d", codes, up.Hits())
 	}
 }
 
@@ -292,8 +286,7 @@ func TestMigrateCommand(t *testing.T) {
 // admin API clears the over-limit fast path of every instance.
 func TestAdminResetReachesEveryInstance(t *testing.T) {
 	db := pgtest.New(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer up.Close()
+	up := proctest.NewUpstream(t, nil)
 	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 1/1h")
 	env["SLUICE_ADMIN_TOKEN"] = "tok"
 	a, b := start(t, env), start(t, env)

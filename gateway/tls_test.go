@@ -15,8 +15,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // pki is a certificate authority made by a test, and the files of the
@@ -155,7 +153,7 @@ func TestTLSSuites(t *testing.T) {
 	env["SLUICE_RULES"] = "login: POST /api/login by ip 100/1m"
 	env["SLUICE_TLS_CERT_FILE"], env["SLUICE_TLS_KEY_FILE"] = certFile, keyFile
 	env["SLUICE_CHECK_LISTEN"], env["SLUICE_RLS_LISTEN"] = "127.0.0.1:0", "127.0.0.1:0"
-	_, r := serveGateway(t, env, Options{Logger: zap.NewNop()})
+	r := start(t, env)
 	check, rlsAddr := r.addr(t, "SLUICE_CHECK_LISTEN"), r.addr(t, "SLUICE_RLS_LISTEN")
 	listeners := map[string]string{"public": strings.TrimPrefix(r.url, "http://"), "check": check, "grpc": rlsAddr}
 	refused := []uint16{
