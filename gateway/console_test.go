@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,20 +22,6 @@ import (
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
-// chromium returns the path of Debian's Chromium, or skips the test
-// without it (fails it when CI is set: .ci/run installs it).
-func chromium(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed (Debian: apt-get install chromium); CI needs it")
-		}
-		t.Skip("chromium is not installed (Debian: apt-get install chromium)")
-	}
-	return path
-}
-
 // browser is a headless Chromium tab that records every request the
 // page makes and every error it reports.
 type browser struct {
@@ -50,7 +35,7 @@ type browser struct {
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	exe := chromium(t)
+	exe := proctest.Tool(t, "chromium", "chromium")
 	// The flags that work on a machine without a network: without the
 	// background-networking ones, Chromium keeps trying to reach its
 	// services and the closed network refuses each attempt.
