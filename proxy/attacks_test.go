@@ -67,7 +67,7 @@ func replay(t *testing.T, g *testGateway, up *upstream, attacks []attack) {
 	t.Helper()
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			before := up.hits.Load()
+			before := up.Hits()
 			g.store.lastChecks()
 			res, body := g.send(t, a.msg, a.half)
 			if res.StatusCode != a.status {
@@ -86,7 +86,7 @@ func replay(t *testing.T, g *testGateway, up *upstream, attacks []attack) {
 						t.Errorf("detail %q echoes the client's value", p.Detail)
 					}
 				}
-				if got := up.hits.Load(); got != before {
+				if got := up.Hits(); got != before {
 					t.Fatalf("a refused request reached the upstream")
 				}
 				if c := g.store.lastChecks(); len(c) != 0 {
@@ -94,8 +94,8 @@ func replay(t *testing.T, g *testGateway, up *upstream, attacks []attack) {
 				}
 				return
 			}
-			if up.hits.Load() != before+1 {
-				t.Fatalf("upstream saw %d requests, want 1", up.hits.Load()-before)
+			if up.Hits() != before+1 {
+				t.Fatalf("upstream saw %d requests, want 1", up.Hits()-before)
 			}
 			want := make([]string, len(a.keys))
 			for i, k := range a.keys {
@@ -459,5 +459,5 @@ func newGatewayTo(t *testing.T, upstreamURL, rules string, o gatewayOpts) *testG
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newGateway(t, &upstream{Server: &httptest.Server{URL: u.String()}}, rules, o)
+	return newGateway(t, &upstream{Upstream: &proctest.Upstream{Server: &httptest.Server{URL: u.String()}}}, rules, o)
 }

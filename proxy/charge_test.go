@@ -7,13 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/memory"
 	"github.com/sluicehq/sluice/policy"
@@ -26,9 +26,7 @@ func (s *recordingStore) Settle(ctx context.Context, ss []limiter.Settlement) er
 
 // fakeUpstream serves h as the upstream.
 func fakeUpstream(t testing.TB, h http.HandlerFunc) *upstream {
-	u := &upstream{Server: httptest.NewServer(h)}
-	t.Cleanup(u.Close)
-	return u
+	return &upstream{Upstream: proctest.NewUpstream(t, h)}
 }
 
 // remaining sends a request that the upstream answers with an empty JSON

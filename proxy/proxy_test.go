@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,10 +29,9 @@ import (
 	"github.com/sluicehq/sluice/proxy/identity"
 )
 
-// upstream is a test upstream that records what reaches it.
+// upstream is a test upstream that counts and records what reaches it.
 type upstream struct {
-	*httptest.Server
-	hits atomic.Int64
+	*proctest.Upstream
 	mu   sync.Mutex
 	last *http.Request
 	body []byte
@@ -41,12 +39,11 @@ type upstream struct {
 
 func newUpstream(t *testing.T) *upstream {
 	u := &upstream{}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u.Upstream = proctest.NewUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
 			t.Errorf("upstream: reading the body: %v", err) // a truncated request reached it
 		}
-		u.hits.Add(1)
 		u.mu.Lock()
 		u.last, u.body = r, b
 		u.mu.Unlock()
@@ -54,8 +51,7 @@ func newUpstream(t *testing.T) *upstream {
 		w.Header().Set("X-Body-Sha256", hex.EncodeToString(sum[:]))
 		w.Header().Set("X-RateLimit-Limit", "999") // an upstream's own header, to be replaced
 		io.WriteString(w, "hello from upstream")
-	}))
-	t.Cleanup(u.Close)
+	})
 	return u
 }
 
@@ -279,39 +275,21 @@ func TestConcurrentLimit(t *testing.T) {
 	up := newUpstream(t)
 	g := newGateway(t, up, "login: POST /api/login by ip 5/15m", gatewayOpts{})
 
-	var wg sync.WaitGroup
-	var ok, limited atomic.Int64
-	errs := make(chan error, n)
-	for range n {
-		wg.Go(func() {
-			req, _ := http.NewRequest("POST", g.URL+"/api/login", nil)
-			res, err := g.Client().Do(req)
-			if err != nil {
-				errs <- err
-				return
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			switch res.StatusCode {
-			case http.StatusOK:
-				ok.Add(1)
-			case http.StatusTooManyRequests:
-				limited.Add(1)
-				if !bytes.Contains(body, []byte(`"violated-policies":["login"]`)) {
-					errs <- fmt.Errorf("429 body %s", body)
-				}
-			default:
-				errs <- fmt.Errorf("status %d", res.StatusCode)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if ok.Load() != l || limited.Load() != n-l || up.hits.Load() != l {
-		t.Fatalf("allowed %d, limited %d, upstream saw %d; want %d, %d, %d", ok.Load(), limited.Load(), up.hits.Load(), l, n-l, l)
+	codes := proctest.CountStatuses(t, n, func(int) (int, error) {
+		req, _ := http.NewRequest("POST", g.URL+"/api/login", nil)
+		res, err := g.Client().Do(req)
+		if err != nil {
+			return 0, err
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusTooManyRequests && !bytes.Contains(body, []byte(`"violated-policies":["login"]`)) {
+			return 0, fmt.Errorf("429 body %s", body)
+		}
+		return res.StatusCode, nil
+	})
+	if codes[http.StatusOK] != l || codes[http.StatusTooManyRequests] != n-l || up.Hits() != l {
+		t.Fatalf("statuses %v, upstream saw %d; want %d × 200, %d × 429, %d", codes, up.Hits(), l, n-l, l)
 	}
 	res, body := g.do(t, "POST", "/api/login", "", nil)
 	retry := check429(t, res, body, "login", 5, 900)
@@ -321,7 +299,7 @@ func TestConcurrentLimit(t *testing.T) {
 	if got, want := res.Header.Get("X-RateLimit-Reset"), strconv.FormatInt(g.clock.Now().Unix()+900, 10); got != want {
 		t.Fatalf("X-RateLimit-Reset %s, want %s", got, want)
 	}
-	if up.hits.Load() != l {
+	if up.Hits() != l {
 		t.Fatal("a denied request reached the upstream")
 	}
 }
@@ -428,8 +406,8 @@ func TestPathSpellings(t *testing.T) {
 			t.Errorf("%s: status %d, want 429", p, res.StatusCode)
 		}
 	}
-	if up.hits.Load() != 1 {
-		t.Fatalf("upstream saw %d requests", up.hits.Load())
+	if up.Hits() != 1 {
+		t.Fatalf("upstream saw %d requests", up.Hits())
 	}
 	// Spellings that would climb out of the path for some upstream.
 	for _, p := range []string{"/api/%2e%2e/api/login", "/api/x/..%2Flogin", "/api/x%2F..%2Flogin", "/api/x/..;/login", "/api/login/..%2F..%2Fpublic"} {
@@ -437,8 +415,8 @@ func TestPathSpellings(t *testing.T) {
 			t.Errorf("%s: status %d, want 400", p, res.StatusCode)
 		}
 	}
-	if up.hits.Load() != 1 {
-		t.Fatalf("upstream saw %d requests", up.hits.Load())
+	if up.Hits() != 1 {
+		t.Fatalf("upstream saw %d requests", up.Hits())
 	}
 	for _, p := range []string{"/api/loginx", "/api/login2"} {
 		if res := g.raw(t, "POST "+p+" HTTP/1.1"); res.StatusCode != 200 {
@@ -529,7 +507,7 @@ func TestAmbiguousAndOversizedBodies(t *testing.T) {
 		{"oversized", "application/json", `{"email":"a@x.io","pad":"` + strings.Repeat("x", 64) + `"}`, nil, 413},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := up.hits.Load()
+			before := up.Hits()
 			res, body := g.do(t, "POST", "/api/reset", tc.body, map[string]string{"Content-Type": tc.ct})
 			if res.StatusCode != tc.want {
 				t.Fatalf("status %d, want %d: %s", res.StatusCode, tc.want, body)
@@ -541,7 +519,7 @@ func TestAmbiguousAndOversizedBodies(t *testing.T) {
 			if err := json.Unmarshal(body, &p); err != nil || p.Status != tc.want || p.Detail == "" || strings.Contains(p.Detail, "@x.io") {
 				t.Fatalf("problem body %s (%v)", body, err)
 			}
-			if up.hits.Load() != before {
+			if up.Hits() != before {
 				t.Fatal("a rejected request reached the upstream")
 			}
 		})
@@ -639,8 +617,8 @@ func TestFailClosedAnswers503(t *testing.T) {
 	if res, _ := g.do(t, "GET", "/o", "", nil); res.StatusCode != 200 {
 		t.Fatalf("fail=open: status %d", res.StatusCode)
 	}
-	if up.hits.Load() != 1 {
-		t.Fatalf("upstream saw %d", up.hits.Load())
+	if up.Hits() != 1 {
+		t.Fatalf("upstream saw %d", up.Hits())
 	}
 }
 

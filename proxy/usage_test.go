@@ -85,8 +85,8 @@ func TestUsageEndpoint(t *testing.T) {
 		}
 	}
 	g.do(t, "POST", "/api/reset", "email=bob@example.com", map[string]string{"Content-Type": "application/x-www-form-urlencoded"})
-	if up.hits.Load() != 6 {
-		t.Fatalf("the upstream saw %d requests, want 6", up.hits.Load())
+	if up.Hits() != 6 {
+		t.Fatalf("the upstream saw %d requests, want 6", up.Hits())
 	}
 
 	// An address in the query names nobody's counter.
@@ -121,7 +121,7 @@ func TestUsageEndpoint(t *testing.T) {
 	if res.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("Cache-Control %q", res.Header.Get("Cache-Control"))
 	}
-	if up.hits.Load() != 6 {
+	if up.Hits() != 6 {
 		t.Fatalf("the usage request reached the upstream")
 	}
 
@@ -135,8 +135,8 @@ func TestUsageEndpoint(t *testing.T) {
 			t.Errorf("GET %s lists %v", path, got)
 		}
 	}
-	if up.hits.Load() != 6 {
-		t.Fatalf("a usage request reached the upstream: %d", up.hits.Load())
+	if up.Hits() != 6 {
+		t.Fatalf("a usage request reached the upstream: %d", up.Hits())
 	}
 	// Spent: the usage rule denies it, with the usual 429.
 	res, body = g.do(t, "GET", "/_sluice/usage", "", nil)
@@ -153,8 +153,8 @@ func TestUsageEndpoint(t *testing.T) {
 			t.Errorf("after a minute, %s counts %d, want %d", u.Rule, u.Count, wantCount)
 		}
 	}
-	if up.hits.Load() != 6 {
-		t.Fatalf("a usage request reached the upstream: %d", up.hits.Load())
+	if up.Hits() != 6 {
+		t.Fatalf("a usage request reached the upstream: %d", up.Hits())
 	}
 }
 
@@ -188,8 +188,8 @@ func TestUsageNotCounted(t *testing.T) {
 			t.Errorf("%s: %d Allow %q %s", m, res.StatusCode, res.Header.Get("Allow"), body)
 		}
 	}
-	if up2.hits.Load() != 2 {
-		t.Errorf("the upstream saw %d requests, want the 2 that were not for the usage endpoint", up2.hits.Load())
+	if up2.Hits() != 2 {
+		t.Errorf("the upstream saw %d requests, want the 2 that were not for the usage endpoint", up2.Hits())
 	}
 
 	// Rules of the usage path count it, as any request; the rest do not.
@@ -207,8 +207,8 @@ func TestUsageNotCounted(t *testing.T) {
 	}
 	res, body = g.do(t, "GET", "/_sluice/usage", "", nil)
 	check429(t, res, body, "any", 3, 3600)
-	if up.hits.Load() != 1 {
-		t.Errorf("the upstream saw %d requests, want 1", up.hits.Load())
+	if up.Hits() != 1 {
+		t.Errorf("the upstream saw %d requests, want 1", up.Hits())
 	}
 }
 
