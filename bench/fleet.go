@@ -590,13 +590,21 @@ func (g *fleetGateway) waitReady(ctx context.Context) error {
 }
 
 // decide asks the store as the limiter does (limiter.callStore): through
-// the breaker, under the decision deadline, recording the outcome.
+// the breaker, recording the outcome, and under the decision deadline
+// only when the store does not apply it itself. The Postgres store with
+// batching times each statement from when it is sent (limiter.SelfTimed):
+// a deadline here would also count the wait in the gateway's own queue,
+// and a burst of 64 gateways meeting on a hot key would open their
+// breakers on a healthy database, which the gateway never does.
 func (g *fleetGateway) decide(ctx context.Context, checks []limiter.Check, results []limiter.Result) error {
 	if !g.breaker.Allow() {
 		return limiter.ErrBreakerOpen
 	}
 	start := time.Now()
-	dctx, cancel := context.WithTimeout(ctx, g.timeout)
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if !g.store.TimesItself() {
+		dctx, cancel = context.WithTimeout(ctx, g.timeout)
+	}
 	_, err := g.store.Decide(dctx, checks, results)
 	cancel()
 	g.breaker.Record(time.Since(start), err)
