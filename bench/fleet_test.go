@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/hashing"
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -274,7 +275,7 @@ func TestFleetPrivateCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	if _, err := pgTool("initdb"); err != nil {
+	if _, err := pgtest.ToolPath("initdb"); err != nil {
 		t.Skip(err)
 	}
 	r := shortFleet(t, "-private-cluster", "-gateways", "1", "-callers", "8", "-keys", "200", "-warmup", "0s", "-duration", "1s")

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
@@ -29,12 +29,8 @@ import (
 // takes a testing.TB), with the server's durability left alone: fsync,
 // full_page_writes and synchronous_commit keep initdb's defaults, so its
 // commits cost what the shared server's do. As pgtest's, when the harness
-// runs as root the server runs as the unprivileged clusterUser, and it
-// dies with the harness (a parent-death signal).
-
-// clusterUser runs a private cluster when the harness runs as root, as
-// pgtest.ClusterUser runs the tests' clusters.
-const clusterUser = "sluicetest"
+// runs as root the server runs as the unprivileged pgtest.ClusterUser, and
+// it dies with the harness (a parent-death signal).
 
 // clusterPrefix names the temporary directories of private clusters; the
 // owner file in one holds the pid of the harness that made it.
@@ -52,36 +48,14 @@ type privateCluster struct {
 	exited         chan struct{}
 }
 
-// pgTool returns the path of PostgreSQL's program name: the newest
-// /usr/lib/postgresql/*/bin/name, else name on PATH.
-func pgTool(name string) (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	major := func(d string) int { n, _ := strconv.Atoi(filepath.Base(filepath.Dir(d))); return n }
-	slices.SortFunc(dirs, func(a, b string) int { return major(b) - major(a) })
-	for _, d := range dirs {
-		if p := filepath.Join(d, name); isExecutable(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("%s not found: a private cluster needs PostgreSQL's server programs (Debian: apt-get install postgresql)", name)
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
-}
-
 // startPrivateCluster makes a cluster allowing maxConnections connections
 // and starts it; close stops and removes it.
 func startPrivateCluster(ctx context.Context, maxConnections int, progress io.Writer) (c *privateCluster, err error) {
-	initdb, err := pgTool("initdb")
+	initdb, err := pgtest.ToolPath("initdb")
 	if err != nil {
 		return nil, err
 	}
-	postgres, err := pgTool("postgres")
+	postgres, err := pgtest.ToolPath("postgres")
 	if err != nil {
 		return nil, err
 	}
@@ -227,15 +201,15 @@ func removeOrphanClusters() {
 	}
 }
 
-// clusterCredential returns the credential of clusterUser, creating the
+// clusterCredential returns the credential of pgtest.ClusterUser, creating the
 // user (a system user without a home or shell) when it is missing.
 func clusterCredential() (*syscall.Credential, error) {
-	u, err := user.Lookup(clusterUser)
+	u, err := user.Lookup(pgtest.ClusterUser)
 	if err != nil {
-		out, addErr := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", clusterUser).CombinedOutput()
+		out, addErr := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", pgtest.ClusterUser).CombinedOutput()
 		// Another process (a test) may have created it meanwhile.
-		if u, err = user.Lookup(clusterUser); err != nil {
-			return nil, fmt.Errorf("postgres does not run as root, and user %s could not be created: %v\n%s", clusterUser, addErr, out)
+		if u, err = user.Lookup(pgtest.ClusterUser); err != nil {
+			return nil, fmt.Errorf("postgres does not run as root, and user %s could not be created: %v\n%s", pgtest.ClusterUser, addErr, out)
 		}
 	}
 	uid, err := strconv.Atoi(u.Uid)

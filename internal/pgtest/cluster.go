@@ -55,14 +55,16 @@ const ClusterUser = "sluicetest"
 // skipped, or failed when the CI environment variable is set.
 func Tool(t testing.TB, name string) string {
 	t.Helper()
-	p, err := toolPath(name)
+	p, err := ToolPath(name)
 	if err != nil {
 		missing(t, err.Error())
 	}
 	return p
 }
 
-func toolPath(name string) (string, error) {
+// ToolPath is Tool without a test: the path of the program name, or an
+// error saying what to install. The benchmark's private clusters use it.
+func ToolPath(name string) (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	slices.SortFunc(dirs, func(a, b string) int { return pgVersion(b) - pgVersion(a) })
 	for _, d := range dirs {
