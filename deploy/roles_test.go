@@ -172,7 +172,10 @@ func TestDatabaseRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollInterval: 10 * time.Millisecond, CleanupInterval: limiter.Off})
+	// A long decision deadline: the probe below is the pool's first
+	// connection (connect, warm, plan), which missed the default 50 ms on a
+	// loaded CI machine; what it checks is the role's privileges.
+	store, err := postgres.New(pool, postgres.Options{Schema: schema, PollInterval: 10 * time.Millisecond, CleanupInterval: limiter.Off, DecisionTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
