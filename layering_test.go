@@ -50,7 +50,7 @@ var layers = map[string][]string{
 	"internal/pgtest":   {"internal/proctest", "limiter/postgres"},
 	"proxy/proxytest":   {"hashing", "limiter", "limiter/memory", "limiter/storetest", "policy", "proxy", "proxy/identity"},
 	"deploy":            nil,
-	"bench":             {"hashing", "limiter", "limiter/postgres", "policy", "internal/proctest"},
+	"bench":             {"hashing", "limiter", "limiter/postgres", "policy", "internal/proctest", "internal/pgtest"},
 	"bench/baseline":    {"internal/httpserve", "proxy"},
 	"bench/redis":       {"hashing", "proxy", "proxy/identity"},
 	"bench/upstream":    {"internal/httpserve"},
