@@ -125,11 +125,14 @@ func logStats(t *testing.T, stores []*postgres.Store) (decisions, statements uin
 // one) and every count must be exact, batched (where concurrent statements
 // each lock many counters) or not.
 //
-// The modes run in parallel, each in a schema of its own: a mode spends
-// most of its time with its 24 workers queued on one row's lock, which
-// leaves the CPU to the others, and its statements wait as long as a
-// deadlock would take to show (see patient), so a loaded machine slows it
-// without failing it.
+// The modes run in parallel, each in a schema of its own, and their
+// statements wait as long as a deadlock would take to show (see patient),
+// so a loaded machine slows them without failing them. The instances run
+// (as every gateway does): the hot key's limit binds with units leased to
+// the others, and a denial is final only once they have given them back.
+// An instance that did not run would never answer the recall, and on the
+// test clock, which does not move, every denial would wait out recallWait
+// (2 s); 400 of them took a mode 37 s alone and over 60 s on CI.
 func TestOppositeOrders(t *testing.T) {
 	for _, mode := range batchModes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -152,6 +155,7 @@ func testOppositeOrders(t *testing.T, batched bool, mode func(*postgres.Options)
 	patient := func(o *postgres.Options) { o.DecisionTimeout = 10 * time.Second }
 	for i := range stores {
 		stores[i] = open(t, db, pgtest.NewPool(t, db.URL, 8), now, mode, patient)
+		runStore(t, stores[i])
 	}
 	a := fixed("a", 600, 24*time.Hour) // binds: 600 of 1,000
 	b := token("b", 10_000, 24*time.Hour)
