@@ -231,7 +231,15 @@ func probeBatch() (*batch, error) {
 }
 
 // probeConn makes one decision of probeRule on conn with the decide
-// statement, within timeout, inside a transaction that it rolls back.
+// statement, inside a transaction that it rolls back, and fails unless the
+// decision answered within timeout.
+//
+// A late decision is waited for, up to coldTimeout, rather than abandoned
+// at timeout: abandoning a statement closes its connection (pgx closes on
+// a cancelled context), and the next probe would then connect, compile
+// and plan again, the same cold work that was late. On a loaded machine
+// that kept a store unready for as long as the load lasted; waited for, a
+// late probe leaves its connection warm, and the next probe can pass.
 func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.Duration) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -243,13 +251,18 @@ func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.
 		return err
 	}
 	defer b.release()
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+	wait := max(timeout, coldTimeout)
+	dctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	start := time.Now()
 	if err := b.query(dctx, tx, decide, nil, false); err != nil {
 		if dctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("a probe decision took longer than the %v deadline: %w", timeout, err)
+			return fmt.Errorf("a probe decision took longer than %v (its deadline is %v): %w", wait, timeout, err)
 		}
 		return err
+	}
+	if took := time.Since(start); took > timeout {
+		return fmt.Errorf("a probe decision took %v, longer than the %v deadline", took.Round(time.Millisecond), timeout)
 	}
 	return nil
 }

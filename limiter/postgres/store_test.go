@@ -613,6 +613,44 @@ func TestProbeWarmsThePool(t *testing.T) {
 	}
 }
 
+// TestLateProbeKeepsItsConnections: a probe whose decisions answer after
+// the decision deadline fails, and leaves its connections in the pool:
+// the next probe, once the database answers in time again, passes on the
+// same warm connections instead of making new, cold ones (which, on a
+// loaded machine, were late in their turn and kept the store unready).
+func TestLateProbeKeepsItsConnections(t *testing.T) {
+	db := pgtest.New(t)
+	pool := pgtest.NewPool(t, db.URL, 4)
+	s := open(t, db, pool, nil)
+	ctx := context.Background()
+	made := pool.Stat().NewConnsCount()
+
+	// Every write of a counter takes 100 ms: longer than the 50 ms
+	// deadline, shorter than the bound of a connection's first decision.
+	slow := db.Table("slow_write")
+	for _, q := range []string{
+		"CREATE FUNCTION " + slow + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.1); RETURN NEW; END $$",
+		"CREATE TRIGGER slow_write BEFORE INSERT OR UPDATE ON " + db.Table("counters") + " FOR EACH ROW EXECUTE FUNCTION " + slow + "()",
+	} {
+		if _, err := db.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.Probe(ctx)
+	if err == nil || !strings.Contains(err.Error(), "longer than the 50ms deadline") {
+		t.Fatalf("probe while every decision takes 100 ms: %v, want a late decision", err)
+	}
+	if _, err := db.Pool.Exec(ctx, "DROP TRIGGER slow_write ON "+db.Table("counters")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Probe(ctx); err != nil {
+		t.Fatalf("probe once writes are quick again: %v", err)
+	}
+	if now := pool.Stat().NewConnsCount(); now != made {
+		t.Errorf("the pool made %d new connections across the late probe: a late probe decision cost its connection", now-made)
+	}
+}
+
 // TestProbeUnmigrated: a probe on a schema without sluice's tables says
 // so and names the command to run; New refuses an invalid schema name.
 func TestProbeUnmigrated(t *testing.T) {
