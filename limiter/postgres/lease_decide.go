@@ -198,7 +198,14 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 				t.merge(k, l, c, &subRes[j], subIO[j].granted, p.asked[i], nowUS, sent)
 				if l.live(now) && l.rule == c.Rule {
 					// The room left includes the units this gateway holds,
-					// and the count leaves them out.
+					// and the count leaves them out. Those units may
+					// include a renewal's grant that the database made
+					// after this decision, merged first: this answer's
+					// room still counts them as room. The lease's room is
+					// the freshest answer of its window.
+					if mark, _, _ := l.answerMark(&subRes[j], nowUS); l.granted > 0 && l.mark == mark {
+						results[i].Remaining = min(results[i].Remaining, l.room)
+					}
 					results[i].Remaining += l.left
 					results[i].Count = max(0, results[i].Count-l.left)
 					if results[i].Remaining > 0 {
@@ -306,16 +313,8 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 	if l.rule != c.Rule {
 		return // the rule changed meanwhile; its next request settles it
 	}
-	var mark, end int64
-	switch c.Rule.Algorithm {
-	case policy.Sliding:
-		bw := l.p.Bucket.Microseconds()
-		mark = nowUS / bw
-		end = (mark + 1) * bw
-	case policy.Fixed, policy.Reset:
-		end = res.Reset.UnixMicro()
-		mark = end - l.p.Window.Microseconds()
-	default:
+	mark, end, ok := l.answerMark(res, nowUS)
+	if !ok {
 		return
 	}
 	until := sent.Add(time.Duration(end-nowUS) * time.Microsecond)
@@ -359,6 +358,23 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 	l.dryUntil = time.Time{}
 	t.grants.Add(1)
 	t.unitsGranted.Add(uint64(got))
+}
+
+// answerMark returns the mark (window start or bucket index) and the end,
+// database µs, of the window or bucket a database answer res for l's
+// counter at nowUS belongs to; ok is false for an algorithm that never
+// leases.
+func (l *lease) answerMark(res *limiter.Result, nowUS int64) (mark, end int64, ok bool) {
+	switch l.rule.Algorithm {
+	case policy.Sliding:
+		bw := l.p.Bucket.Microseconds()
+		mark = nowUS / bw
+		return mark, (mark + 1) * bw, true
+	case policy.Fixed, policy.Reset:
+		end = res.Reset.UnixMicro()
+		return end - l.p.Window.Microseconds(), end, true
+	}
+	return 0, 0, false
 }
 
 // renew asks the database, in the background, for more units on c's
