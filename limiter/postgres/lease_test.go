@@ -34,18 +34,18 @@ func TestLeaseWant(t *testing.T) {
 		{"fixed, rate unknown: the floor", policy.Fixed, p(1e6, 1), 0, time.Hour, 64},
 		{"fixed, quiet key: the floor", policy.Fixed, p(1e6, 1), 0.5, time.Hour, 64},
 		{"reset, quiet key: a smaller floor", policy.Reset, p(1e6, 1), 0.5, time.Hour, 16},
-		{"fixed, busy key: a tenth of a second", policy.Fixed, p(1e6, 1), 5000, time.Hour, 500},
+		{"fixed, busy key: a second of its rate", policy.Fixed, p(1e6, 1), 5000, time.Hour, 5000},
 		{"fixed, near the window's end", policy.Fixed, p(1e6, 1), 2, 3 * time.Second, 6},
 		{"fixed, a sixteenth of the limit at most", policy.Fixed, p(3000, 1), 1e5, time.Hour, 187},
-		{"fixed, whole requests of the cost", policy.Fixed, p(1e6, 3), 5000, time.Hour, 1500},
+		{"fixed, whole requests of the cost", policy.Fixed, p(1e6, 3), 5000, time.Hour, 15000},
 		{"fixed, cap in whole requests", policy.Fixed, p(100, 3), 1e5, time.Hour, 6},
 		{"fixed, a limit too low to lease", policy.Fixed, p(31, 1), 1e5, time.Hour, 0},
 		{"fixed, two requests at least", policy.Fixed, p(1e6, 1), 1, time.Second, 0},
-		{"reset like fixed", policy.Reset, p(1e6, 1), 5000, time.Hour, 500},
+		{"reset like fixed", policy.Reset, p(1e6, 1), 5000, time.Hour, 5000},
 		{"sliding, rate unknown: nothing", policy.Sliding, p(1e6, 1), 0, time.Minute, 0},
-		{"sliding, busy key", policy.Sliding, p(1e6, 1), 5000, time.Minute, 500},
+		{"sliding, busy key", policy.Sliding, p(1e6, 1), 5000, time.Minute, 5000},
 		{"sliding, no more than the bucket's rest", policy.Sliding, p(1e6, 1), 5000, 20 * time.Millisecond, 100},
-		{"sliding, quiet key: nothing", policy.Sliding, p(1e6, 1), 5, time.Minute, 0},
+		{"sliding, a key seen once a second: nothing", policy.Sliding, p(1e6, 1), 1, time.Minute, 0},
 		{"token never", policy.Token, p(1e6, 1), 5000, time.Hour, 0},
 	} {
 		if got := postgres.LeaseWant(c.alg, c.p, c.rate, c.left); got != c.want {
@@ -77,10 +77,13 @@ func leaseRules() []*policy.Rule {
 // enough to lease and windows and buckets end under them.
 func TestLeasesAgainstMemory(t *testing.T) {
 	// Not parallel: its answers follow background renewals against an
-	// injected clock, and beside seven other tests under -race one of six
-	// fresh-clone runs saw a lease's answer report a count the renewal had
-	// not caught up with (45 against the memory store's 90). Alone, it
-	// passed every run.
+	// injected clock. Beside seven other tests under -race one of six
+	// fresh-clone runs once saw a count of 45 against the memory store's
+	// 90; with leases of a second of the rate, one run in four of the
+	// lease tests saw Remaining 909 of a limit of 900. The cause was a
+	// decision answered by the database beside a renewal in flight that
+	// merged first (lease_decide.go: the lease's room is the freshest
+	// answer); this test is what finds it.
 	db := pgtest.New(t)
 	clk := newClock(base)
 	ctx := context.Background()
