@@ -74,3 +74,6 @@ func QuestionBudget(recent []time.Duration, floor time.Duration) time.Duration {
 	}
 	return a.budget(floor)
 }
+
+// ProgressQuestions is the number of progress questions s has asked.
+func ProgressQuestions(s *Store) uint64 { return s.nQuestions.Load() }

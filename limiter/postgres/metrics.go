@@ -63,7 +63,9 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 // gateway to register: sluice_db_decisions_total (decisions sent to the
 // database), sluice_db_decide_statements_total (decide statements, retries
 // included; their ratio is the transactions per decision) and
-// sluice_db_queued_decisions (decisions waiting for a statement now).
+// sluice_db_queued_decisions (decisions waiting for a statement now) and
+// sluice_db_progress_questions_total (questions about statements past
+// their deadline; see progress.go).
 func (s *Store) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -78,6 +80,10 @@ func (s *Store) Collectors() []prometheus.Collector {
 			Name: "sluice_db_queued_decisions",
 			Help: "Decisions waiting for a statement while others are in flight.",
 		}, func() float64 { return float64(s.BatchStats().Queued) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_db_progress_questions_total",
+			Help: "Questions asked of the database about decide statements past their deadline: is it making progress on them?",
+		}, func() float64 { return float64(s.nQuestions.Load()) }),
 	}
 }
 

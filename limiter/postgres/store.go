@@ -280,6 +280,7 @@ type Store struct {
 	dropLogged atomic.Bool // a stale server's pool drop was logged since the last successful probe
 
 	nDecisions, nStatements atomic.Uint64
+	nQuestions              atomic.Uint64 // progress questions (progress.go)
 
 	checker  checker       // asks whether a late statement progresses
 	recall   *recalls      // decisions waiting on recalled units
