@@ -766,6 +766,9 @@ sluice_db_decide_statements_total 2
 # HELP sluice_db_decisions_total Decisions sent to the database.
 # TYPE sluice_db_decisions_total counter
 sluice_db_decisions_total 2
+# HELP sluice_db_progress_questions_total Questions asked of the database about decide statements past their deadline: is it making progress on them?
+# TYPE sluice_db_progress_questions_total counter
+sluice_db_progress_questions_total 0
 # HELP sluice_db_queued_decisions Decisions waiting for a statement while others are in flight.
 # TYPE sluice_db_queued_decisions gauge
 sluice_db_queued_decisions 0
