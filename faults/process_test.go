@@ -137,7 +137,8 @@ func (p *process) storeMetrics() string {
 	var kept []string
 	for series, v := range m {
 		for _, prefix := range []string{"sluice_store_duration_seconds_bucket", "sluice_db_decide_statements_total",
-			"sluice_db_decisions_total", "sluice_store_breaker", "sluice_db_pool_"} {
+			"sluice_db_decisions_total", "sluice_store_breaker", "sluice_db_pool_", "sluice_db_progress_questions_total",
+			"sluice_lease_", "sluice_store_errors_total"} {
 			if strings.HasPrefix(series, prefix) {
 				kept = append(kept, fmt.Sprint(series, " ", v))
 			}
