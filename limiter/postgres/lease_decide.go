@@ -27,7 +27,7 @@ type leasePlan struct {
 	local  [maxLeasedChecks]bool    // answered (and reserved) from a lease
 	io     [maxLeasedChecks]leaseIO // what the remote checks ask for
 	asked  [maxLeasedChecks]bool    // this request marked the lease asking
-	gen    [maxLeasedChecks]uint64  // the generation of a local check's lease
+	gen    [maxLeasedChecks]uint64  // the generation of the lease a check spends from or claims to hold
 	renew  [maxLeasedChecks]leaseIO // background renewals to send, want > 0
 }
 
@@ -141,6 +141,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		}
 		if l.granted > 0 {
 			p.io[i].held, p.io[i].mark = l.granted, l.mark
+			p.gen[i] = l.gen
 		}
 		if !l.asking && !now.Before(l.dryUntil) {
 			if ask := s.leaseAsk(l, now); ask.want > 0 {
@@ -194,6 +195,17 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		}
 		if err == nil {
 			results[i] = subRes[j]
+			if r := &results[i]; !r.Allowed && !r.Provisional && subIO[j].held > 0 && (l == nil || l.gen != p.gen[i]) {
+				// The database judged "do others hold units?" by this
+				// gateway's claim to hold subIO[j].held, as of when the
+				// decision was sent. The lease was given up meanwhile (a
+				// recall, an expiry), and its return may have reached the
+				// database first: the claim then hid units other gateways
+				// hold, and the denial may be wrong. It is provisional:
+				// asked again, never remembered by the fast path (which
+				// would deny the key locally until its window ends).
+				r.Provisional = true
+			}
 			if l != nil {
 				t.merge(k, l, c, &subRes[j], subIO[j].granted, p.asked[i], nowUS, sent)
 				if l.live(now) && l.rule == c.Rule {
