@@ -121,8 +121,10 @@ func leaseWant(alg policy.Algorithm, p limiter.Params, rate float64, left time.D
 		}
 		reqs = floor
 		if rate > 0 {
-			// No more than the rest of the window can use.
-			reqs = max(rate*leaseHorizon.Seconds(), min(floor, rate*left.Seconds()))
+			// No more than the rest of the window can use: units
+			// leased that this gateway cannot spend before the window
+			// ends only make the others wait on a recall.
+			reqs = min(max(rate*leaseHorizon.Seconds(), floor), rate*left.Seconds())
 		}
 	case policy.Sliding:
 		// Only for a rate seen, and no more than the rest of the bucket

@@ -36,6 +36,7 @@ func TestLeaseWant(t *testing.T) {
 		{"reset, quiet key: a smaller floor", policy.Reset, p(1e6, 1), 0.5, time.Hour, 16},
 		{"fixed, busy key: a second of its rate", policy.Fixed, p(1e6, 1), 5000, time.Hour, 5000},
 		{"fixed, near the window's end", policy.Fixed, p(1e6, 1), 2, 3 * time.Second, 6},
+		{"fixed, busy key in its window's last tenth of a second", policy.Fixed, p(1e6, 1), 5000, 100 * time.Millisecond, 500},
 		{"fixed, a sixteenth of the limit at most", policy.Fixed, p(3000, 1), 1e5, time.Hour, 187},
 		{"fixed, whole requests of the cost", policy.Fixed, p(1e6, 3), 5000, time.Hour, 15000},
 		{"fixed, cap in whole requests", policy.Fixed, p(100, 3), 1e5, time.Hour, 6},
