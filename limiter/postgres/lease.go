@@ -176,6 +176,8 @@ type lease struct {
 	room    int64         // the database's room left after the last grant
 
 	gen      uint64    // changes whenever the units are given up or expire
+	returned uint64    // returns queued (settle): a claim to hold units made before one is stale
+	merged   uint64    // grants merged (merge): one merged while a decision was in flight is newer than its answer
 	asking   bool      // a decision that asks for units is in flight
 	dryUntil time.Time // the database granted nothing: ask no more before this
 
@@ -274,6 +276,7 @@ func (t *leaseTable) settle(k slotKey, l *lease) {
 			mark: l.mark, bucketUS: l.p.Bucket.Microseconds(),
 			unused: l.left, settled: l.granted,
 		})
+		l.returned++
 	}
 	t.empty(l)
 }

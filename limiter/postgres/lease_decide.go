@@ -27,8 +27,13 @@ type leasePlan struct {
 	local  [maxLeasedChecks]bool    // answered (and reserved) from a lease
 	io     [maxLeasedChecks]leaseIO // what the remote checks ask for
 	asked  [maxLeasedChecks]bool    // this request marked the lease asking
-	gen    [maxLeasedChecks]uint64  // the generation of the lease a check spends from or claims to hold
-	renew  [maxLeasedChecks]leaseIO // background renewals to send, want > 0
+	gen    [maxLeasedChecks]uint64  // the generation of a local check's lease
+	// A remote check's lease as planned: the entry, and its returned and
+	// merged counts (see the settling of remote answers).
+	lease    [maxLeasedChecks]*lease
+	returned [maxLeasedChecks]uint64
+	merged   [maxLeasedChecks]uint64
+	renew    [maxLeasedChecks]leaseIO // background renewals to send, want > 0
 }
 
 // lockShards locks the distinct shards of checks in index order, the one
@@ -141,8 +146,8 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		}
 		if l.granted > 0 {
 			p.io[i].held, p.io[i].mark = l.granted, l.mark
-			p.gen[i] = l.gen
 		}
+		p.lease[i], p.returned[i], p.merged[i] = l, l.returned, l.merged
 		if !l.asking && !now.Before(l.dryUntil) {
 			if ask := s.leaseAsk(l, now); ask.want > 0 {
 				l.asking = true
@@ -195,38 +200,8 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		}
 		if err == nil {
 			results[i] = subRes[j]
-			if r := &results[i]; !r.Allowed && !r.Provisional && subIO[j].held > 0 && (l == nil || l.gen != p.gen[i]) {
-				// The database judged "do others hold units?" by this
-				// gateway's claim to hold subIO[j].held, as of when the
-				// decision was sent. The lease was given up meanwhile (a
-				// recall, an expiry), and its return may have reached the
-				// database first: the claim then hid units other gateways
-				// hold, and the denial may be wrong. It is provisional:
-				// asked again, never remembered by the fast path (which
-				// would deny the key locally until its window ends).
-				r.Provisional = true
-			}
-			if l != nil {
-				t.merge(k, l, c, &subRes[j], subIO[j].granted, p.asked[i], nowUS, sent)
-				if l.live(now) && l.rule == c.Rule {
-					// The room left includes the units this gateway holds,
-					// and the count leaves them out. Those units may
-					// include a renewal's grant that the database made
-					// after this decision, merged first: this answer's
-					// room still counts them as room. The lease's room is
-					// the freshest answer of its window.
-					if mark, _, _ := l.answerMark(&subRes[j], nowUS); l.granted > 0 && l.mark == mark {
-						results[i].Remaining = min(results[i].Remaining, l.room)
-					}
-					results[i].Remaining += l.left
-					results[i].Count = max(0, results[i].Count-l.left)
-					if results[i].Remaining > 0 {
-						// Within the limit the count is what the room
-						// says: units of a renewal on its way are counted
-						// in the database but not yet held here.
-						results[i].Count = results[i].Limit - results[i].Remaining
-					}
-				}
+			if pl := p.lease[i]; pl != nil {
+				t.settleRemote(k, l, pl, c, &results[i], &subRes[j], subIO[j], p.returned[i], p.merged[i], p.asked[i], now, nowUS, sent)
 			}
 		}
 		j++
@@ -235,6 +210,51 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		return false, err
 	}
 	return allowed, nil
+}
+
+// settleRemote records the database's answer res to check c, which was
+// planned with lease pl (returned and merged its counts then) and asked
+// io, in the lease now in the table, l (nil if the entry went away), and
+// makes the caller's result r agree with what this gateway holds. The
+// caller holds the shard.
+func (t *leaseTable) settleRemote(k slotKey, l, pl *lease, c limiter.Check, r, res *limiter.Result, io leaseIO,
+	returned, merged uint64, asked bool, now time.Time, nowUS int64, sent time.Time) {
+	mark, _, _ := pl.answerMark(res, nowUS)
+	if !r.Allowed && !r.Provisional && io.held > 0 && io.mark == mark && (l != pl || l.returned != returned) {
+		// The database judged "do others hold units?" by this gateway's
+		// claim to hold io.held of this window, as of when the decision
+		// was planned. The lease was given up meanwhile (a recall, a
+		// reset) and its return may have reached the database first: the
+		// claim then hid units other gateways hold, and the denial may be
+		// wrong. It is provisional: asked again with a fresh claim, never
+		// remembered by the fast path (which would deny the key locally
+		// until its window ends).
+		r.Provisional = true
+	}
+	if l == nil {
+		return
+	}
+	others := l != pl || l.merged != merged // grants merged while this was in flight
+	t.merge(k, l, c, res, io.granted, asked, nowUS, sent)
+	if l.rule != c.Rule || l.granted == 0 || l.mark != mark || !l.live(now) {
+		return // no units of the answer's window here
+	}
+	// The room left includes the units this gateway holds, and the count
+	// leaves them out. If a grant the database made after this decision
+	// (a renewal's) merged first, the answer's room still counts its units
+	// as room: the lease's room, the smallest answer of its window, is
+	// then the one to report.
+	if others {
+		r.Remaining = min(r.Remaining, l.room)
+	}
+	r.Remaining += l.left
+	r.Count = max(0, r.Count-l.left)
+	if r.Remaining > 0 {
+		// Within the limit the count is what the room says: units of a
+		// renewal on its way are counted in the database but not yet held
+		// here.
+		r.Count = r.Limit - r.Remaining
+	}
 }
 
 // duplicateSlots reports whether two checks name one counter.
