@@ -262,7 +262,8 @@ func probeConn(ctx context.Context, conn *pgx.Conn, decide string, timeout time.
 		return err
 	}
 	if took := time.Since(start); took > timeout {
-		return fmt.Errorf("a probe decision took %v, longer than the %v deadline", took.Round(time.Millisecond), timeout)
+		return &faultError{kind: limiter.ErrorTimeout,
+			err: fmt.Errorf("a probe decision took %v, longer than the %v deadline", took.Round(time.Millisecond), timeout)}
 	}
 	return nil
 }

@@ -24,8 +24,8 @@ import (
 // database, on another connection and within another deadline, what the
 // statement's server process is doing (sql/progress.sql). It is making
 // progress when it is waiting only for other sluice statements that are
-// running (their locks are released as they commit): the statement's
-// deadline then starts again. It is not when the database does not answer
+// running (their locks are released as they commit): the statement is
+// then asked about again later (see below). It is not when the database does not answer
 // the question in time (down, paused, cut off, out of connections), when a
 // session that is not a running sluice statement holds what it waits for
 // (a lock held by an idle transaction, a migration, a manual LOCK), or
@@ -55,7 +55,8 @@ import (
 // (43 of them at once, waiting on LWLock:LockManager) slowed the very
 // queue they were asking about until breakers opened on a healthy
 // database. A stranger that takes a lock after a statement was found
-// progressing is noticed within a second.
+// progressing is noticed at the next question, within a second and the
+// question's own budget.
 
 const (
 	progressFloor   = time.Second

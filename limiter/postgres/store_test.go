@@ -637,8 +637,8 @@ func TestLateProbeKeepsItsConnections(t *testing.T) {
 		}
 	}
 	err := s.Probe(ctx)
-	if err == nil || !strings.Contains(err.Error(), "longer than the 50ms deadline") {
-		t.Fatalf("probe while every decision takes 100 ms: %v, want a late decision", err)
+	if err == nil || !strings.Contains(err.Error(), "longer than the 50ms deadline") || limiter.ErrorKind(err) != limiter.ErrorTimeout {
+		t.Fatalf("probe while every decision takes 100 ms: %v (kind %s), want a late decision, a timeout", err, limiter.ErrorKind(err))
 	}
 	if _, err := db.Pool.Exec(ctx, "DROP TRIGGER slow_write ON "+db.Table("counters")); err != nil {
 		t.Fatal(err)
