@@ -177,7 +177,6 @@ type lease struct {
 
 	gen      uint64    // changes whenever the units are given up or expire
 	returned uint64    // returns queued (settle): a claim to hold units made before one is stale
-	merged   uint64    // grants merged (merge): one merged while a decision was in flight is newer than its answer
 	asking   bool      // a decision that asks for units is in flight
 	dryUntil time.Time // the database granted nothing: ask no more before this
 

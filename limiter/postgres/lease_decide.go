@@ -28,11 +28,10 @@ type leasePlan struct {
 	io     [maxLeasedChecks]leaseIO // what the remote checks ask for
 	asked  [maxLeasedChecks]bool    // this request marked the lease asking
 	gen    [maxLeasedChecks]uint64  // the generation of a local check's lease
-	// A remote check's lease as planned: the entry, and its returned and
-	// merged counts (see the settling of remote answers).
+	// A remote check's lease as planned: the entry, and its count of
+	// returns (see settleRemote).
 	lease    [maxLeasedChecks]*lease
 	returned [maxLeasedChecks]uint64
-	merged   [maxLeasedChecks]uint64
 	renew    [maxLeasedChecks]leaseIO // background renewals to send, want > 0
 }
 
@@ -147,7 +146,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		if l.granted > 0 {
 			p.io[i].held, p.io[i].mark = l.granted, l.mark
 		}
-		p.lease[i], p.returned[i], p.merged[i] = l, l.returned, l.merged
+		p.lease[i], p.returned[i] = l, l.returned
 		if !l.asking && !now.Before(l.dryUntil) {
 			if ask := s.leaseAsk(l, now); ask.want > 0 {
 				l.asking = true
@@ -201,7 +200,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		if err == nil {
 			results[i] = subRes[j]
 			if pl := p.lease[i]; pl != nil {
-				t.settleRemote(k, l, pl, c, &results[i], &subRes[j], subIO[j], p.returned[i], p.merged[i], p.asked[i], now, nowUS, sent)
+				t.settleRemote(k, l, pl, c, &results[i], &subRes[j], subIO[j], p.returned[i], p.asked[i], now, nowUS, sent)
 			}
 		}
 		j++
@@ -213,12 +212,12 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 }
 
 // settleRemote records the database's answer res to check c, which was
-// planned with lease pl (returned and merged its counts then) and asked
+// planned with lease pl (returned its count of returns then) and asked
 // io, in the lease now in the table, l (nil if the entry went away), and
 // makes the caller's result r agree with what this gateway holds. The
 // caller holds the shard.
 func (t *leaseTable) settleRemote(k slotKey, l, pl *lease, c limiter.Check, r, res *limiter.Result, io leaseIO,
-	returned, merged uint64, asked bool, now time.Time, nowUS int64, sent time.Time) {
+	returned uint64, asked bool, now time.Time, nowUS int64, sent time.Time) {
 	mark, _, _ := pl.answerMark(res, nowUS)
 	if !r.Allowed && !r.Provisional && io.held > 0 && io.mark == mark && (l != pl || l.returned != returned) {
 		// The database judged "do others hold units?" by this gateway's
@@ -234,7 +233,6 @@ func (t *leaseTable) settleRemote(k slotKey, l, pl *lease, c limiter.Check, r, r
 	if l == nil {
 		return
 	}
-	others := l != pl || l.merged != merged // grants merged while this was in flight
 	t.merge(k, l, c, res, io.granted, asked, nowUS, sent)
 	if l.rule != c.Rule || l.granted == 0 || l.mark != mark || !l.live(now) {
 		return // no units of the answer's window here
@@ -242,11 +240,11 @@ func (t *leaseTable) settleRemote(k slotKey, l, pl *lease, c limiter.Check, r, r
 	// The room left includes the units this gateway holds, and the count
 	// leaves them out. If a grant the database made after this decision
 	// (a renewal's) merged first, the answer's room still counts its units
-	// as room: the lease's room, the smallest answer of its window, is
-	// then the one to report.
-	if others {
-		r.Remaining = min(r.Remaining, l.room)
-	}
+	// as room: the lease's room, the smallest answer of its window, is the
+	// one to report, as answers served from the lease report it. (After
+	// another gateway gives units back it is lower than a fresh answer's:
+	// it under-reports, never over.)
+	r.Remaining = min(r.Remaining, l.room)
 	r.Remaining += l.left
 	r.Count = max(0, r.Count-l.left)
 	if r.Remaining > 0 {
