@@ -15,8 +15,12 @@ import (
 
 // syncStore is a store of opts on c whose commits wait for a synchronous
 // standby, on a pool configured as the gateway configures it
-// (ConfigurePool, which notes the server's warnings). The pool's
-// connections are made once the setting holds.
+// (ConfigurePool, which notes the server's warnings). The pool is made
+// once the setting holds: ConfigurePool gives it MinConns, whose
+// connections are made in the background as soon as the pool exists, and
+// a connection made before the reload sees the setting only once
+// signalled. A fresh-clone run under load committed a decision on such a
+// connection without waiting (allowed, no error).
 func syncStore(t *testing.T, c *pgtest.Cluster, opts postgres.Options) *postgres.Store {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(c.URL())
@@ -27,12 +31,12 @@ func syncStore(t *testing.T, c *pgtest.Cluster, opts postgres.Options) *postgres
 	if err := postgres.ConfigurePool(cfg, opts); err != nil {
 		t.Fatal(err)
 	}
+	c.RequireSynchronousStandby(t)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c.RequireSynchronousStandby(t)
 	s, err := postgres.New(pool, opts)
 	if err != nil {
 		t.Fatal(err)
