@@ -7,6 +7,8 @@ package faults
 import (
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,11 +47,18 @@ func expectExactNow(t *testing.T, gws []*faultGateway, key string) {
 	for _, path := range []string{"/closed", "/local"} {
 		if codes := burst(t, gws, path, key, 20); codes[200] != 5 || codes[429] != 15 {
 			states := make([]float64, len(gws))
+			var errs []string
 			for i, g := range gws {
 				states[i] = g.breakerState(t)
+				for series, v := range g.metrics(t) {
+					if strings.HasPrefix(series, "sluice_store_errors_total") && v > 0 {
+						errs = append(errs, fmt.Sprintf("gateway %d %s %v", i, series, v))
+					}
+				}
 			}
-			t.Fatalf("right after every /readyz said 200: 20 requests on a fresh key of %s (limit 5): %v, want 5×200 and 15×429 (breaker states %v)",
-				path, codes, states)
+			slices.Sort(errs)
+			t.Fatalf("right after every /readyz said 200: 20 requests on a fresh key of %s (limit 5): %v, want 5×200 and 15×429 (breaker states %v; store errors since start: %v)",
+				path, codes, states, errs)
 		}
 	}
 }
