@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,11 +103,32 @@ func procName(name string, instance int) string {
 // failure describes why p is not usable, with the end of its log.
 func (p *proc) failure(err error) error {
 	b, _ := os.ReadFile(p.log)
-	tail := string(b)
-	if len(tail) > 2000 {
-		tail = "…" + tail[len(tail)-2000:]
+	return fmt.Errorf("%s: %w\n--- %s ---\n%s", p.name, err, p.log, tail(b, 2000))
+}
+
+// logsTo writes to w the end of the log of every live process whose name
+// starts with prefix and whose log is not empty: what the targets said
+// (at their log level) while they were measured.
+func (ps *procs) logsTo(w io.Writer, prefix string) {
+	ps.mu.Lock()
+	live := slices.Clone(ps.live)
+	ps.mu.Unlock()
+	for _, p := range live {
+		if !strings.HasPrefix(p.name, prefix) {
+			continue
+		}
+		if b, _ := os.ReadFile(p.log); len(b) > 0 {
+			fmt.Fprintf(w, "--- %s ---\n%s\n", p.name, tail(b, 4000))
+		}
 	}
-	return fmt.Errorf("%s: %w\n--- %s ---\n%s", p.name, err, p.log, strings.TrimSpace(tail))
+}
+
+// tail is the end of b, at most n bytes of it.
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		return "…" + string(b[len(b)-n:])
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // waitReady polls url until it answers 200, p exits, or a deadline passes.

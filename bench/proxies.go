@@ -146,6 +146,7 @@ func proxies(ctx context.Context, o proxiesOptions, stdout, progress io.Writer) 
 	writeProxiesTable(stdout, targets)
 	fmt.Fprintln(stdout)
 	writeGRPCTable(stdout, grpcRows)
+	ps.logsTo(progress, "sluice-")
 	return nil
 }
 

@@ -37,7 +37,8 @@ func TestProxiesShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The bound covers the builds too (see TestBurstShort).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var out, progress strings.Builder
 	if err := proxies(ctx, o, &out, &progress); err != nil {
@@ -54,7 +55,7 @@ func TestProxiesShort(t *testing.T) {
 		cells := strings.Split(strings.TrimSpace(line), "|")
 		if len(cells) > 3 && (strings.HasPrefix(cells[1], " nginx") || strings.HasPrefix(cells[1], " sluice")) {
 			if last := strings.TrimSpace(cells[len(cells)-2]); last != "0" {
-				t.Errorf("refused or failed requests: %s", line)
+				t.Errorf("refused or failed requests: %s\n%s", line, progress.String())
 			}
 		}
 	}
