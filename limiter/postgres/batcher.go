@@ -222,11 +222,12 @@ func (b *batcher) abort() {
 // inFlight is one statement on its way: sent, and not answered yet.
 type inFlight struct {
 	sent     time.Time
-	pid      atomic.Uint32 // its connection's server process, once it has one
-	timer    *time.Timer   // fires at the deadline; nil without one
-	done     chan struct{} // closed when it is answered
-	answered bool          // guarded by the batcher's mu
-	late     bool          // it passed its deadline unanswered; guarded by mu
+	pid      atomic.Uint32          // its connection's server process, once it has one
+	timer    *time.Timer            // fires at the deadline; nil without one
+	done     chan struct{}          // closed when it is answered
+	answered bool                   // guarded by the batcher's mu
+	late     bool                   // it passed its deadline unanswered; guarded by mu
+	waiting  atomic.Pointer[string] // what its server process waited for when last asked
 }
 
 // send starts the deadline of a statement about to be sent: when it
@@ -515,6 +516,9 @@ func (s *Store) drain() {
 		st := s.batch.send(s.watch)
 		err := s.runWatched(ctx, ds, false, st)
 		s.batch.answered(st, err == nil)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.logOverBound(st)
+		}
 		var be *errBuild
 		if errors.As(err, &be) && len(ds) > 1 {
 			// One malformed decision must not fail the others.

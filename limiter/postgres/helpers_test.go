@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
@@ -34,6 +37,9 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 	for _, f := range opts {
 		f(&o)
 	}
+	if o.Logger == nil {
+		o.Logger = failureLog(t)
+	}
 	s, err := postgres.New(pool, o)
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +56,21 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// failureLog is a logger whose entries t prints if it fails: why the store
+// judged a statement late, a pool dropped, a breaker's change of state.
+func failureLog(t testing.TB) *zap.Logger {
+	core, logs := observer.New(zapcore.InfoLevel)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, e := range logs.All() {
+			t.Logf("store log: %s %s %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
+		}
+	})
+	return zap.New(core)
 }
 
 // unleased is an option of open: every decision goes to the database, as

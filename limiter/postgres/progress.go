@@ -117,6 +117,18 @@ func (s *Store) watch(st *inFlight) {
 	}
 }
 
+// logOverBound says why a statement that was never judged late ran into
+// its bound (StatementTimeout): the database kept answering that it made
+// progress, and what the statement's process waited for when last asked.
+func (s *Store) logOverBound(st *inFlight) {
+	waiting := "not asked"
+	if w := st.waiting.Load(); w != nil {
+		waiting = *w
+	}
+	s.log.Warn("a decide statement ran into its bound while the database said it was progressing: the decisions in it fail",
+		zap.Duration("bound", s.opts.StatementTimeout), zap.String("waiting", waiting))
+}
+
 // pause waits d, or until st is answered; it reports false in that case.
 func (s *Store) pause(st *inFlight, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -159,14 +171,21 @@ func (s *Store) progressing(st *inFlight) (why string, timedOut bool) {
 	}
 	asked := time.Now()
 	s.nQuestions.Add(1)
-	var ok bool
-	if err := q.QueryRow(ctx, s.q.progress, pgx.QueryExecModeSimpleProtocol, int32(pid)).Scan(&ok); err != nil {
+	var (
+		ok      bool
+		waiting string
+	)
+	if err := q.QueryRow(ctx, s.q.progress, pgx.QueryExecModeSimpleProtocol, int32(pid)).Scan(&ok, &waiting); err != nil {
 		if s.checker.conn != nil {
 			s.checker.conn.Close(context.Background()) //nolint:errcheck // replaced by keepChecker
 		}
 		return fmt.Sprintf("the database did not answer the question within %v: %v", budget, err), true
 	}
 	s.batch.recent.add(time.Since(asked))
+	if waiting == "" {
+		waiting = "nothing (running)"
+	}
+	st.waiting.Store(&waiting)
 	if !ok {
 		return "it waits for a session that is not a running sluice statement, or for a synchronous standby", false
 	}

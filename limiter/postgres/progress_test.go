@@ -2,10 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
@@ -132,5 +136,40 @@ func TestLateStatementBehindSluiceIsLoad(t *testing.T) {
 		t.Errorf("failed after %v; want soon after the 50ms deadline, long before the stranger's 3s end", took)
 	}
 	t.Logf("behind a stranger: failed after %v", took.Round(time.Millisecond))
+	<-held
+}
+
+// TestStatementBoundSaysWhatItWaitedFor: a statement that the database
+// keeps calling progressing, behind a running sluice statement longer
+// than the store's StatementTimeout, fails at that bound, and the log says
+// what its server process waited for.
+func TestStatementBoundSaysWhatItWaitedFor(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) {
+		o.DecisionTimeout = 50 * time.Millisecond
+		o.StatementTimeout = 600 * time.Millisecond
+		o.Logger = zap.New(core)
+	})
+	r := fixed("bound", 10, time.Hour)
+	decide(t, s, chk(r, "k")) // the counter exists
+	var app string
+	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	held := holdRow(t, db, app, r.Name, 2*time.Second)
+	res := make([]limiter.Result, 1)
+	allowed, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
+	if allowed || limiter.ErrorKind(err) != limiter.ErrorTimeout {
+		t.Fatalf("behind a sluice statement longer than the bound: allowed %v, err %v; want a timeout", allowed, err)
+	}
+	var said []string
+	for _, e := range logs.FilterMessageSnippet("ran into its bound").All() {
+		said = append(said, e.ContextMap()["waiting"].(string))
+	}
+	if len(said) != 1 || !strings.HasPrefix(said[0], "Lock:") {
+		t.Errorf("logged waiting %q, want one entry naming the lock it waited for", said)
+	}
 	<-held
 }

@@ -4,7 +4,9 @@
 -- the holders of the locks it wants and the waiters queued ahead of it) is
 -- a sluice session of this gateway's application_name that is running a
 -- statement, not idle in a transaction. A session whose state this role
--- may not read counts as a stranger.
+-- may not read counts as a stranger. The second column is what the
+-- process waits for now (its wait event, empty when none), for the log of
+-- a statement that passes its bound while progressing.
 SELECT NOT EXISTS (
         SELECT 1 FROM pg_stat_activity a
         WHERE a.pid = ANY (pg_blocking_pids($1::integer))
@@ -12,4 +14,6 @@ SELECT NOT EXISTS (
                OR a.application_name IS DISTINCT FROM current_setting('application_name')))
    AND NOT EXISTS (
         SELECT 1 FROM pg_stat_activity a
-        WHERE a.pid = $1::integer AND a.wait_event = 'SyncRep')
+        WHERE a.pid = $1::integer AND a.wait_event = 'SyncRep'),
+       coalesce((SELECT concat_ws(':', a.wait_event_type, a.wait_event)
+                 FROM pg_stat_activity a WHERE a.pid = $1::integer), '')
