@@ -42,8 +42,10 @@ func TestFaultSchemaBroken(t *testing.T) {
 				t.Fatalf("%s: fail=local request %d got %d, want %d", step, i+1, r.status, want)
 			}
 		}
-		if g.breakerState(t) != 2 {
-			t.Fatalf("%s: breaker not open", step)
+		// Open, or half-open: its probe, every second or so, is checking
+		// the store (and no decision calls it). A CI run caught it there.
+		if st := g.breakerState(t); st != 2 && st != 1 {
+			t.Fatalf("%s: breaker state %v, want open (2) or probing (1)", step, st)
 		}
 	}
 
