@@ -508,7 +508,7 @@ func TestLeasePeekWhileRenewing(t *testing.T) {
 		}()
 	}
 	began := time.Now()
-	peeks, low, matched := 0, 0, 0
+	peeks, low, unmatched := 0, 0, 0
 	for ctx.Err() == nil && (peeks < 50 || time.Since(began) < 3*time.Second) {
 		before := map[time.Time]int64{}
 		mu.Lock()
@@ -521,8 +521,8 @@ func TestLeasePeekWhileRenewing(t *testing.T) {
 			break
 		}
 		peeks++
-		if _, ok := before[got.Reset]; ok {
-			matched++
+		if _, ok := before[got.Reset]; !ok && len(before) > 0 {
+			unmatched++
 		}
 		if got.Count < before[got.Reset] {
 			low++
@@ -539,9 +539,11 @@ func TestLeasePeekWhileRenewing(t *testing.T) {
 	if peeks < 20 {
 		t.Errorf("only %d peeks in %v; the test needs more", peeks, time.Since(began).Round(time.Millisecond))
 	}
-	if matched < peeks-2 {
+	if unmatched > 1 {
 		// A Peek's Reset and the decisions' must name a window alike, or
-		// the comparison above compares nothing.
-		t.Errorf("%d of %d peeks read a window no allowed request was counted in", peeks-matched, peeks)
+		// the comparison above compares nothing. (Peeks before the first
+		// request was allowed have nothing to match; one at a crossing
+		// into the next window may read it first.)
+		t.Errorf("%d of %d peeks, after requests were allowed, read a window none was counted in", unmatched, peeks)
 	}
 }
