@@ -175,7 +175,25 @@ func (s *Store) progressing(st *inFlight) (why string, timedOut bool) {
 		ok      bool
 		waiting string
 	)
-	if err := q.QueryRow(ctx, s.q.progress, pgx.QueryExecModeSimpleProtocol, int32(pid)).Scan(&ok, &waiting); err != nil {
+	ask := func(q querier) error {
+		return q.QueryRow(ctx, s.q.progress, pgx.QueryExecModeSimpleProtocol, int32(pid)).Scan(&ok, &waiting)
+	}
+	err := ask(q)
+	if err != nil && q != querier(s.pool) && ctx.Err() == nil {
+		// The checking connection died with its server process (the
+		// server restarted, or the backend was ended), which pgx learns
+		// only when it sends: the question failed at once, and says
+		// nothing of the statement. Asked again on a new connection,
+		// within the same budget.
+		s.checker.conn.Close(context.Background()) //nolint:errcheck // replaced here
+		s.checker.conn = nil
+		var conn *pgx.Conn
+		if conn, err = pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy()); err == nil {
+			s.checker.conn = conn
+			err = ask(conn)
+		}
+	}
+	if err != nil {
 		if s.checker.conn != nil {
 			s.checker.conn.Close(context.Background()) //nolint:errcheck // replaced by keepChecker
 		}

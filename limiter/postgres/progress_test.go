@@ -173,3 +173,45 @@ func TestStatementBoundSaysWhatItWaitedFor(t *testing.T) {
 	}
 	<-held
 }
+
+// TestQuestionOverADeadChecker: the connection the store asks its progress
+// questions on dies with its server process (the server restarted, as in
+// the fault tests' kills, or the backend was terminated), and pgx learns
+// it only when it next uses it. A statement late behind a running sluice
+// statement is still found progressing, over a new connection, and
+// answered; it used to fail at once with a timeout, which the fault tests
+// saw as 503s right after a restarted database was called ready.
+func TestQuestionOverADeadChecker(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout = 50 * time.Millisecond })
+	runStore(t, s) // Run keeps the checking connection open
+	r := fixed("dead-checker", 10, time.Hour)
+	decide(t, s, chk(r, "k")) // the counter exists
+	var app string
+	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]limiter.Result, 1)
+	late := func(what string) {
+		t.Helper()
+		held := holdRow(t, db, app, r.Name, 400*time.Millisecond)
+		if allowed, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res); err != nil || !allowed {
+			t.Fatalf("%s: behind a running sluice statement: allowed %v, err %v; want allowed once it ends", what, allowed, err)
+		}
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+	}
+	late("first") // asked over the checking connection
+	// The checking connection's server process ends; the client does not
+	// know until it sends.
+	var ended int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid() AND query LIKE '%pg_blocking_pids%'", app).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	if ended != 1 {
+		t.Fatalf("%d sessions asked the progress question, want the checking connection alone", ended)
+	}
+	late("after the checking connection died")
+}
