@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zapcore"
 )
 
 // readyz returns the status of the gateway's /readyz.
@@ -44,23 +46,46 @@ func waitReady(t *testing.T, gws []*faultGateway, limit time.Duration) time.Dura
 // every healing: the store must decide, not the fail modes.
 func expectExactNow(t *testing.T, gws []*faultGateway, key string) {
 	t.Helper()
+	ready := time.Now()
+	before := make([]map[string]float64, len(gws))
+	for i, g := range gws {
+		before[i] = storeErrorSeries(g.metrics(t))
+	}
 	for _, path := range []string{"/closed", "/local"} {
 		if codes := burst(t, gws, path, key, 20); codes[200] != 5 || codes[429] != 15 {
 			states := make([]float64, len(gws))
 			var errs []string
 			for i, g := range gws {
 				states[i] = g.breakerState(t)
-				for series, v := range g.metrics(t) {
-					if strings.HasPrefix(series, "sluice_store_errors_total") && v > 0 {
-						errs = append(errs, fmt.Sprintf("gateway %d %s %v", i, series, v))
+				for series, v := range storeErrorSeries(g.metrics(t)) {
+					if d := v - before[i][series]; d > 0 {
+						errs = append(errs, fmt.Sprintf("gateway %d %s +%v", i, series, d))
+					}
+				}
+				// What the gateway said from a second before it was ready.
+				for _, e := range g.logs.All() {
+					if e.Level >= zapcore.WarnLevel && e.Time.After(ready.Add(-time.Second)) {
+						t.Logf("gateway %d %s %s %s %v", i, e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
 					}
 				}
 			}
 			slices.Sort(errs)
-			t.Fatalf("right after every /readyz said 200: 20 requests on a fresh key of %s (limit 5): %v, want 5×200 and 15×429 (breaker states %v; store errors since start: %v)",
+			t.Fatalf("right after every /readyz said 200: 20 requests on a fresh key of %s (limit 5): %v, want 5×200 and 15×429 (breaker states %v; store errors since ready: %v)",
 				path, codes, states, errs)
 		}
 	}
+}
+
+// storeErrorSeries is the sluice_store_errors_total series of a gateway's
+// metrics.
+func storeErrorSeries(m map[string]float64) map[string]float64 {
+	errs := map[string]float64{}
+	for series, v := range m {
+		if strings.HasPrefix(series, "sluice_store_errors_total") {
+			errs[series] = v
+		}
+	}
+	return errs
 }
 
 // waitOpen waits until the breaker of every gateway of gws is not closed.
