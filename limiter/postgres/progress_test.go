@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -184,14 +185,23 @@ func TestStatementBoundSaysWhatItWaitedFor(t *testing.T) {
 func TestQuestionOverADeadChecker(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout = 50 * time.Millisecond })
+	// An application name of its own, so that the checking connection to
+	// end is this store's, not that of a test running beside it.
+	app := "sluice-" + db.Schema
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := open(t, db, pool, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout = 50 * time.Millisecond })
 	runStore(t, s) // Run keeps the checking connection open
 	r := fixed("dead-checker", 10, time.Hour)
 	decide(t, s, chk(r, "k")) // the counter exists
-	var app string
-	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
-		t.Fatal(err)
-	}
 	res := make([]limiter.Result, 1)
 	late := func(what string) {
 		t.Helper()
