@@ -130,6 +130,11 @@ func CanonicalPath(escapedPath string) (string, error) {
 			if reason := disguisedSegment(p[rawSeg:i], out[seg:]); reason != "" {
 				return "", &PathError{Offset: rawSeg, Reason: reason}
 			}
+			if string(out[seg:]) == ".." && seg > 1 && backslashed(out[bytes.LastIndexByte(out[:seg-1], '/')+1:seg-1]) {
+				// "/a\b/.." is "/" here, where ".." removes the segment
+				// "a\b", and "/a" to an upstream that splits at "".
+				return "", &PathError{Offset: rawSeg, Reason: `".." after a segment holding a backslash`}
+			}
 			out, trailing = endSegment(out, seg)
 			seg = len(out)
 			rawSeg = i + 1
@@ -194,6 +199,13 @@ func disguisedSegment(raw string, dec []byte) string {
 		}
 	}
 	return ""
+}
+
+// backslashed reports whether a canonical segment holds a backslash,
+// raw or escaped however many times.
+func backslashed(seg []byte) bool {
+	var buf [stackPath]byte
+	return bytes.IndexByte(decodeAll(buf[:0], seg), '\\') >= 0
 }
 
 // cutSegment cuts the first segment off a decoded path (see decodeAll) as

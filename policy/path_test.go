@@ -84,6 +84,9 @@ func TestCanonicalPathErrors(t *testing.T) {
 		{"/a\x7f", "invalid path: control character at byte 2"},
 		// Segments some upstream reads as dot segments.
 		{"/%2e%2E/a", "invalid path: encoded or disguised dot segment at byte 1"},
+		{`/0\0/..`, `invalid path: ".." after a segment holding a backslash at byte 5`},
+		{"/a%5Cb/../c", `invalid path: ".." after a segment holding a backslash at byte 7`},
+		{"/a%255Cb/..", `invalid path: ".." after a segment holding a backslash at byte 9`},
 		{"/.%2e/a", "invalid path: encoded or disguised dot segment at byte 1"},
 		{"/api/%2E/login", "invalid path: encoded or disguised dot segment at byte 5"},
 		{"/api/%2e%2e/api/login", "invalid path: encoded or disguised dot segment at byte 5"},
