@@ -46,6 +46,17 @@ func TestQuestionBudget(t *testing.T) {
 	}
 }
 
+// appName is the application name of db's sessions, which the store's
+// share: a session of that name running a statement passes for sluice's.
+func appName(t *testing.T, db *pgtest.DB) string {
+	t.Helper()
+	var app string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT current_setting('application_name')").Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
 // holdRow runs, on a connection of its own named app, one statement that
 // locks rule's counters and sleeps for hold while it runs, and returns
 // once it sleeps (the lock taken); the channel receives its end.
@@ -100,10 +111,7 @@ func TestLateStatementBehindSluiceIsLoad(t *testing.T) {
 	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout = 50 * time.Millisecond })
 	r := fixed("held", 10, time.Hour)
 	decide(t, s, chk(r, "k")) // the counter exists
-	var app string
-	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
-		t.Fatal(err)
-	}
+	app := appName(t, db)
 
 	held := holdRow(t, db, app, r.Name, 1500*time.Millisecond)
 	began := time.Now()
@@ -155,10 +163,7 @@ func TestStatementBoundSaysWhatItWaitedFor(t *testing.T) {
 	})
 	r := fixed("bound", 10, time.Hour)
 	decide(t, s, chk(r, "k")) // the counter exists
-	var app string
-	if err := db.Pool.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
-		t.Fatal(err)
-	}
+	app := appName(t, db)
 	held := holdRow(t, db, app, r.Name, 2*time.Second)
 	res := make([]limiter.Result, 1)
 	allowed, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
