@@ -127,30 +127,28 @@ func (s *Store) LeaseStats() LeaseStats {
 // recalled units were back), sluice_lease_returns_lost_total,
 // sluice_lease_counters and sluice_lease_units_held.
 func (s *Store) LeaseCollectors() []prometheus.Collector {
-	counter := func(name, help string, f func(LeaseStats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.LeaseStats())) })
+	var cs []prometheus.Collector
+	for _, c := range []struct {
+		name, help string
+		value      func(LeaseStats) uint64
+	}{
+		{"sluice_lease_decisions_total", "Decisions answered from leased units, without the database.", func(st LeaseStats) uint64 { return st.Local }},
+		{"sluice_lease_grants_total", "Grants of leased units.", func(st LeaseStats) uint64 { return st.Grants }},
+		{"sluice_lease_units_granted_total", "Units granted on leases.", func(st LeaseStats) uint64 { return st.UnitsGranted }},
+		{"sluice_lease_units_returned_total", "Leased units given back unspent.", func(st LeaseStats) uint64 { return st.UnitsReturned }},
+		{"sluice_lease_recall_waits_total", "Times a decision denied while other gateways held units of its counter waited for them to be given back and asked again.", func(st LeaseStats) uint64 { return st.RecallWaits }},
+		{"sluice_lease_returns_lost_total", "Leases whose unspent units could not be given back; they stay counted until their windows end.", func(st LeaseStats) uint64 { return st.ReturnsLost }},
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(c.value(s.LeaseStats())) }))
 	}
 	gauge := func(name, help string, f func(LeaseStats) int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return float64(f(s.LeaseStats())) })
 	}
-	return []prometheus.Collector{
-		counter("sluice_lease_decisions_total", "Decisions answered from leased units, without the database.",
-			func(st LeaseStats) uint64 { return st.Local }),
-		counter("sluice_lease_grants_total", "Grants of leased units.",
-			func(st LeaseStats) uint64 { return st.Grants }),
-		counter("sluice_lease_units_granted_total", "Units granted on leases.",
-			func(st LeaseStats) uint64 { return st.UnitsGranted }),
-		counter("sluice_lease_units_returned_total", "Leased units given back unspent.",
-			func(st LeaseStats) uint64 { return st.UnitsReturned }),
-		counter("sluice_lease_recall_waits_total", "Times a decision denied while other gateways held units of its counter waited for them to be given back and asked again.",
-			func(st LeaseStats) uint64 { return st.RecallWaits }),
-		counter("sluice_lease_returns_lost_total", "Leases whose unspent units could not be given back; they stay counted until their windows end.",
-			func(st LeaseStats) uint64 { return st.ReturnsLost }),
+	return append(cs,
 		gauge("sluice_lease_counters", "Counters this gateway keeps lease state for.",
 			func(st LeaseStats) int64 { return st.Counters }),
 		gauge("sluice_lease_units_held", "Leased units this gateway holds unspent.",
-			func(st LeaseStats) int64 { return st.UnitsHeld }),
-	}
+			func(st LeaseStats) int64 { return st.UnitsHeld }))
 }
