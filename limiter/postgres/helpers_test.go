@@ -103,6 +103,28 @@ func instance(t *testing.T, db *pgtest.DB, clk *storetest.Clock, opts ...func(*p
 	return open(t, db, pgtest.NewPool(t, db.URL, 2), clk.Now, opts...)
 }
 
+// gateways opens n stores on db, on the database clock, each with a pool
+// of four connections of its own and its background work running until
+// the test ends: n gateways that share a database and lease from it.
+func gateways(t *testing.T, db *pgtest.DB, n int) []*postgres.Store {
+	t.Helper()
+	var gws []*postgres.Store
+	for range n {
+		s := open(t, db, pgtest.NewPool(t, db.URL, 4), nil)
+		runStore(t, s)
+		gws = append(gws, s)
+	}
+	return gws
+}
+
+// runStore runs s's background work until the test ends.
+func runStore(t *testing.T, s *postgres.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // patient gives a store a long decision deadline, for the tests in which
 // a decision waits for a row lock the test holds (counterTx) until it has
 // seen the decision wait: a lock held by a session that is not sluice's

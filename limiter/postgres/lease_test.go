@@ -134,14 +134,6 @@ func names(cs []limiter.Check) []string {
 	return out
 }
 
-// runStore runs s's background work until the test ends.
-func runStore(t *testing.T, s *postgres.Store) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
 // TestLeasesExactAcrossInstances: three gateways that lease share one hot
 // key of each algorithm, with a limit of 3,000 an hour; 4,500 requests
 // from 30 clients, 70 % through the first gateway, 20 % through the second
@@ -158,13 +150,7 @@ func TestLeasesExactAcrossInstances(t *testing.T) {
 	} {
 		r := mk()
 		t.Run(r.Algorithm.String(), func(t *testing.T) {
-			db := pgtest.New(t)
-			var gws []*postgres.Store
-			for range 3 {
-				s := open(t, db, pgtest.NewPool(t, db.URL, 4), nil)
-				runStore(t, s)
-				gws = append(gws, s)
-			}
+			gws := gateways(t, pgtest.New(t), 3)
 			const requests, limit = 4500, 3000
 			// Gateway of each request, 70/20/10, interleaved as clients
 			// of one service would send them.
@@ -219,13 +205,7 @@ func TestLeasesExactAcrossInstances(t *testing.T) {
 		})
 	}
 	t.Run("300 keys of 20", func(t *testing.T) {
-		db := pgtest.New(t)
-		var gws []*postgres.Store
-		for range 3 {
-			s := open(t, db, pgtest.NewPool(t, db.URL, 4), nil)
-			runStore(t, s)
-			gws = append(gws, s)
-		}
+		gws := gateways(t, pgtest.New(t), 3)
 		r := fixed("k20", 20, time.Hour)
 		var allowed [300]atomic.Int64
 		var wg sync.WaitGroup
