@@ -123,21 +123,9 @@ func BenchmarkDecide(b *testing.B) {
 // configured as the gateway configures its pool.
 func benchPool(b *testing.B, db *pgtest.DB) *pgxpool.Pool {
 	b.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 16
-	cfg.ConnConfig.RuntimeParams["application_name"] = "bench-" + db.Schema
-	if err := postgres.ConfigurePool(cfg, postgres.Options{Schema: db.Schema}); err != nil { // as the gateway does
-		b.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	return pool
+	return gatewayPool(b, db.URL, 16, postgres.Options{Schema: db.Schema}, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "bench-" + db.Schema
+	})
 }
 
 // closePool closes pool and waits until its server processes are gone, so

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
@@ -23,21 +21,8 @@ import (
 // connection without waiting (allowed, no error).
 func syncStore(t *testing.T, c *pgtest.Cluster, opts postgres.Options) *postgres.Store {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	if err := postgres.ConfigurePool(cfg, opts); err != nil {
-		t.Fatal(err)
-	}
 	c.RequireSynchronousStandby(t)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := postgres.New(pool, opts)
+	s, err := postgres.New(gatewayPool(t, c.URL(), 4, opts), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,31 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 	}
 }
 
+// gatewayPool opens a pool of at most maxConns connections on url,
+// configured as the gateway configures its pool for a store of opts
+// (ConfigurePool), and closes it when the test ends. Each of edits changes
+// the configuration before ConfigurePool does.
+func gatewayPool(t testing.TB, url string, maxConns int32, opts postgres.Options, edits ...func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	for _, edit := range edits {
+		edit(cfg)
+	}
+	if err := postgres.ConfigurePool(cfg, opts); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // clearOfHour waits, when less than need is left of the hour, until the
 // next one has begun. The tests on the database clock (the same machine's)
 // count windows of an hour, aligned to the epoch, and a run that crosses

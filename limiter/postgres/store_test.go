@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
@@ -575,21 +574,9 @@ func TestExecModes(t *testing.T) {
 // sees it directly.
 func TestProbeWarmsThePool(t *testing.T) {
 	db := pgtest.New(t)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	if err := postgres.ConfigurePool(cfg, postgres.Options{Schema: db.Schema}); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := gatewayPool(t, db.URL, 4, postgres.Options{Schema: db.Schema})
 	open(t, db, pool, nil)
+	ctx := context.Background()
 
 	conns := pool.AcquireAllIdle(ctx)
 	defer func() {
