@@ -99,9 +99,13 @@ const stackPath = 256
 //     "."), one that is a dot segment with an NTFS stream suffix
 //     ("..::$INDEX_ALLOCATION"), and one that holds one once compatibility
 //     forms are folded as MatchPath folds them (fullwidth "．．", the two
-//     dot leader "‥", "／.."). sluice cannot know which of these the
-//     upstream climbs with, so it refuses them rather than match the
-//     request under a path the upstream may not serve.
+//     dot leader "‥", "／.."). So is a ".." after a segment that MatchPath
+//     reads as several ("b%2Fc", "b\c") or as none ("%20", ";x"): here
+//     ".." removes the whole segment, and to an upstream that splits or
+//     drops it, a piece of it or the segment before it. sluice cannot
+//     know which of these the upstream climbs with, so it refuses them
+//     rather than match the request under a path the upstream may not
+//     serve.
 //   - A segment that holds, once decoded, an overlong or surrogate UTF-8
 //     encoding ("%C0%AE", "%C0%AF") is an error: strict decoders refuse it
 //     or make it U+FFFD, lenient ones read a "." or a "/".
@@ -130,10 +134,12 @@ func CanonicalPath(escapedPath string) (string, error) {
 			if reason := disguisedSegment(p[rawSeg:i], out[seg:]); reason != "" {
 				return "", &PathError{Offset: rawSeg, Reason: reason}
 			}
-			if string(out[seg:]) == ".." && seg > 1 && backslashed(out[bytes.LastIndexByte(out[:seg-1], '/')+1:seg-1]) {
-				// "/a\b/.." is "/" here, where ".." removes the segment
-				// "a\b", and "/a" to an upstream that splits at "".
-				return "", &PathError{Offset: rawSeg, Reason: `".." after a segment holding a backslash`}
+			if string(out[seg:]) == ".." && seg > 1 && !oneSegment(out[bytes.LastIndexByte(out[:seg-1], '/')+1:seg-1]) {
+				// "/a/b%2Fc/.." is "/a/" here, where ".." removes the
+				// segment "b%2Fc", and "/a/b" to an upstream that decodes
+				// %2F; "/a/%20/.." is "/a/" here, and "/" to one that
+				// drops the blank segment first.
+				return "", &PathError{Offset: rawSeg, Reason: `".." after a segment that some upstream reads as none or several`}
 			}
 			out, trailing = endSegment(out, seg)
 			seg = len(out)
@@ -201,11 +207,14 @@ func disguisedSegment(raw string, dec []byte) string {
 	return ""
 }
 
-// backslashed reports whether a canonical segment holds a backslash,
-// raw or escaped however many times.
-func backslashed(seg []byte) bool {
-	var buf [stackPath]byte
-	return bytes.IndexByte(decodeAll(buf[:0], seg), '\\') >= 0
+// oneSegment reports whether MatchPath reads a canonical segment as one
+// segment, so that a ".." after it removes there what it removes here. It
+// reads one as several when it holds a "/" or "\" once decoded or folded
+// ("b%2Fc", "b%5Cc", "b\c", "b／c"), and as none when it is only ";"
+// parameters, white space or a stream suffix ("%20", ";x", "::$DATA").
+func oneSegment(seg []byte) bool {
+	m := MatchPath("/" + string(seg))
+	return m != "/" && strings.IndexByte(m[1:], '/') < 0
 }
 
 // cutSegment cuts the first segment off a decoded path (see decodeAll) as
