@@ -105,7 +105,14 @@ func clearOfHour(t testing.TB, need time.Duration) {
 // failureLog is a logger whose entries t prints if it fails: why the store
 // judged a statement late, a pool dropped, a breaker's change of state.
 func failureLog(t testing.TB) *zap.Logger {
-	core, logs := observer.New(zapcore.InfoLevel)
+	log, _ := observedLog(t, zapcore.InfoLevel)
+	return log
+}
+
+// observedLog is a logger of the entries at level and above, which it
+// returns for the test to read and which t prints if it fails.
+func observedLog(t testing.TB, level zapcore.Level) (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(level)
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -114,7 +121,7 @@ func failureLog(t testing.TB) *zap.Logger {
 			t.Logf("store log: %s %s %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
 		}
 	})
-	return zap.New(core)
+	return zap.New(core), logs
 }
 
 // unleased is an option of open: every decision goes to the database, as

@@ -8,9 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
@@ -155,11 +153,11 @@ func TestLateStatementBehindSluiceIsLoad(t *testing.T) {
 func TestStatementBoundSaysWhatItWaitedFor(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	core, logs := observer.New(zapcore.WarnLevel)
+	log, logs := observedLog(t, zapcore.WarnLevel)
 	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) {
 		o.DecisionTimeout = 50 * time.Millisecond
 		o.StatementTimeout = 600 * time.Millisecond
-		o.Logger = zap.New(core)
+		o.Logger = log
 	})
 	r := fixed("bound", 10, time.Hour)
 	decide(t, s, chk(r, "k")) // the counter exists
