@@ -53,31 +53,30 @@ func isProblem(res *http.Response, body string, status int) bool {
 // Allow header) included.
 func TestAdminErrorsAreProblems(t *testing.T) {
 	f := newAdminFixture(t, "login: POST /api/login by ip 2/1m", "s3cret")
-	for _, tc := range []struct {
-		method, path string
-		status       int
-		allow        string
-	}{
-		{"GET", "/nope", 404, ""},
-		{"GET", "/v1/nope", 404, ""},
-		{"GET", "/console/nope.js", 404, ""},
-		{"GET", "/v1", 404, ""},
-		{"POST", "/healthz", 405, "GET, HEAD"},
-		{"DELETE", "/metrics", 405, "GET, HEAD"},
-		{"POST", "/v1/rules", 405, "GET, HEAD"},
-		{"PATCH", "/v1/overrides", 405, "DELETE, GET, HEAD, PUT"},
-		{"POST", "/", 405, "GET, HEAD"},
-	} {
-		res, body := send(t, tc.method, f.admin.URL+tc.path, "", "Bearer s3cret", "", "")
-		if !isProblem(res, body, tc.status) {
-			t.Errorf("%s %s: %d %s %s, want a %d problem", tc.method, tc.path, res.StatusCode, res.Header.Get("Content-Type"), body, tc.status)
+	problem := func(method, path string, status int, allow string) {
+		t.Helper()
+		res, body := send(t, method, f.admin.URL+path, "", "Bearer s3cret", "", "")
+		if !isProblem(res, body, status) {
+			t.Errorf("%s %s: %d %s %s, want a %d problem", method, path, res.StatusCode, res.Header.Get("Content-Type"), body, status)
 		}
-		if got := res.Header.Get("Allow"); got != tc.allow {
-			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+		if got := res.Header.Get("Allow"); got != allow {
+			t.Errorf("%s %s: Allow %q, want %q", method, path, got, allow)
 		}
 		if res.Header.Get("Content-Security-Policy") == "" {
-			t.Errorf("%s %s: no security headers", tc.method, tc.path)
+			t.Errorf("%s %s: no security headers", method, path)
 		}
+	}
+	for _, path := range []string{"/nope", "/v1/nope", "/console/nope.js", "/v1"} {
+		problem("GET", path, 404, "")
+	}
+	for _, tc := range []struct{ method, path, allow string }{
+		{"POST", "/healthz", "GET, HEAD"},
+		{"DELETE", "/metrics", "GET, HEAD"},
+		{"POST", "/v1/rules", "GET, HEAD"},
+		{"PATCH", "/v1/overrides", "DELETE, GET, HEAD, PUT"},
+		{"POST", "/", "GET, HEAD"},
+	} {
+		problem(tc.method, tc.path, 405, tc.allow)
 	}
 	// A redirect of the mux's is no error: it stays one.
 	req, _ := http.NewRequest("GET", f.admin.URL+"/v1//rules", nil)
