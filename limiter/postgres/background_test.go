@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
@@ -134,6 +137,82 @@ func TestCleanupOneAtATime(t *testing.T) {
 	if got := keys(t, db); len(got) != 1 || !got["f/0"] {
 		t.Errorf("rows left: %v, want only the locked f/0", got)
 	}
+}
+
+// TestCleanupHoldsNoLockBetweenRoundTrips: the cleaner deletes an expired
+// counter that a decision wants again (its key is back in a new window)
+// and is then slow to go on: its process is descheduled, as on a loaded
+// machine (here, a tracer that sleeps after the cleaner's statement). The
+// decision does not wait for it. The cleaner's lock and DELETE once ran
+// in a transaction of three round trips, and between the DELETE and the
+// COMMIT its session sat idle in transaction holding the deleted row: a
+// decision of that key waited for the row, passed its deadline, and
+// failed, since a session idle in transaction is not a statement that is
+// making progress (TestSoak failed so in a CI run, 184 decisions).
+func TestCleanupHoldsNoLockBetweenRoundTrips(t *testing.T) {
+	db := pgtest.New(t)
+	clk := newClock(base)
+	deleted, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	slowCleaner := func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Tracer = tracerFunc(func(sql string) {
+			if strings.Contains(sql, "DELETE FROM") {
+				once.Do(func() { close(deleted); <-resume })
+			}
+		})
+	}
+	opts := postgres.Options{Schema: db.Schema, Now: clk.Now, CleanupPause: limiter.Off}
+	s := open(t, db, gatewayPool(t, db.URL, 4, opts, slowCleaner), clk.Now, unleased, func(o *postgres.Options) { o.CleanupPause = limiter.Off })
+	f := fixed("f", 5, time.Minute)
+	decide(t, s, chk(f, "k"))
+	clk.Set(base.Add(2 * time.Minute))
+
+	ctx := context.Background()
+	cleaned := make(chan error, 1)
+	go func() {
+		n, err := s.Cleanup(ctx)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("deleted %d rows, want 1", n)
+		}
+		cleaned <- err
+	}()
+	select {
+	case <-deleted:
+	case err := <-cleaned:
+		t.Fatalf("Cleanup ended before its statement was traced: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cleaner's DELETE did not run")
+	}
+	// The cleaner is stalled after its statement. A decision of the key
+	// it deleted, with the default deadline (50 ms).
+	start := time.Now()
+	res := make([]limiter.Result, 1)
+	ok, err := s.Decide(ctx, []limiter.Check{chk(f, "k")}, res)
+	took := time.Since(start)
+	close(resume)
+	if err != nil || !ok || res[0].Remaining != 4 {
+		t.Errorf("decision while the cleaner stalls = %v, %+v, %v after %v; want allowed, 4 left, a new window's first", ok, res[0], err, took.Round(time.Millisecond))
+	}
+	if err := <-cleaned; err != nil {
+		t.Error(err)
+	}
+}
+
+// tracerFunc is a pgx query tracer that calls f with every statement's
+// SQL once the statement has ended, before its connection sends anything
+// else: what a process descheduled between two round trips looks like to
+// the server.
+type tracerFunc func(sql string)
+
+type sqlKey struct{}
+
+func (f tracerFunc) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, sqlKey{}, d.SQL)
+}
+
+func (f tracerFunc) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(sqlKey{}).(string)
+	f(sql)
 }
 
 // TestOverrides: an override set on one instance applies there at once

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/limiter"
@@ -15,12 +14,13 @@ import (
 // CleanupMaxBatches of them, pausing CleanupPause between batches, and
 // returns how many rows it deleted.
 //
-// Each batch is one short transaction that first takes a transaction-level
-// advisory lock with pg_try_advisory_xact_lock: at any moment at most one
-// instance is deleting, and an instance that finds the lock taken ends its
-// run at once (another one is cleaning). Rows locked by decisions are
-// skipped, never waited for. As an alternative, a pg_cron job can run the
-// same DELETE (sql/cleanup.sql) with CleanupInterval set to limiter.Off.
+// Each batch is one statement, and so one short transaction, that first
+// takes a transaction-level advisory lock with pg_try_advisory_xact_lock:
+// at any moment at most one instance is deleting, and an instance that
+// finds the lock taken ends its run at once (another one is cleaning).
+// Rows locked by decisions are skipped, never waited for. As an
+// alternative, a pg_cron job can run the same DELETE (sql/cleanup.sql)
+// with CleanupInterval set to limiter.Off.
 func (s *Store) Cleanup(ctx context.Context) (deleted int64, err error) {
 	for i := 0; i < s.opts.CleanupMaxBatches; i++ {
 		if i > 0 && !sleep(ctx, s.opts.CleanupPause) {
@@ -38,20 +38,13 @@ func (s *Store) Cleanup(ctx context.Context) (deleted int64, err error) {
 	return deleted, nil
 }
 
-// cleanupBatch deletes one batch if this instance wins the cleanup lock.
+// cleanupBatch deletes one batch if this instance wins the cleanup lock,
+// in one statement (sql/cleanup_batch.sql): its implicit transaction
+// commits without waiting for this process, which holds no row between
+// two round trips.
 func (s *Store) cleanupBatch(ctx context.Context) (deleted int64, elected bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, s.q.cleanupLock, s.cleanupKey).Scan(&elected); err != nil || !elected {
-			return err
-		}
-		tag, err := tx.Exec(ctx, s.q.cleanup, s.nowParam(), s.opts.CleanupBatch)
-		deleted = tag.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, false, err
-	}
-	return deleted, elected, nil
+	err = s.pool.QueryRow(ctx, s.q.cleanup, s.nowParam(), s.opts.CleanupBatch, s.cleanupKey).Scan(&elected, &deleted)
+	return deleted, elected, err
 }
 
 // runCleanup runs Cleanup every CleanupInterval while the store is ready,

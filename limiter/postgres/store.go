@@ -289,7 +289,7 @@ type Store struct {
 
 // queries are the statements of queryFiles, written for the Store's schema.
 type queries struct {
-	decide, cleanupLock, cleanup, reset, poll, prune                     string
+	decide, cleanup, reset, poll, prune                                  string
 	overrideEpoch, overrideLoad, overrideSet, overrideDel, schemaVersion string
 	leaseReturn, progress                                                string
 }
@@ -344,8 +344,7 @@ func loadQueries(schema string, asyncCommit bool) queries {
 	}
 	return queries{
 		decide:        decide,
-		cleanupLock:   loadQuery(schema, "cleanup_lock"),
-		cleanup:       loadQuery(schema, "cleanup"),
+		cleanup:       strings.Replace(loadQuery(schema, "cleanup_batch"), "{{cleanup}}", loadQuery(schema, "cleanup"), 1),
 		reset:         loadQuery(schema, "reset"),
 		poll:          loadQuery(schema, "poll"),
 		prune:         loadQuery(schema, "key_events_prune"),
