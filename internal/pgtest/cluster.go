@@ -563,31 +563,64 @@ func (c *Cluster) NewStandbyAt(t testing.TB, port int) *Cluster {
 // as a server with synchronous replication does; with no standby
 // attached, commits wait. The setting is in postgresql.auto.conf, which a
 // standby made from c afterwards copies: promoted, it waits for a standby
-// of its own.
+// of its own. Call it while no standby is attached: it returns once a
+// commit waits.
 func (c *Cluster) RequireSynchronousStandby(t testing.TB) {
 	t.Helper()
 	c.Exec(t, "ALTER SYSTEM SET synchronous_standby_names = '*'")
 	c.Exec(t, "SELECT pg_reload_conf()")
-	// The reload reaches the server's processes by a signal, later: wait
-	// until a new connection sees it. (Connections already open see it at
-	// their next command once signalled, a moment later still.)
+	// The reload reaches the server's processes by a signal, later, and a
+	// commit waits for a standby only once the checkpointer has read it:
+	// it keeps the flag in shared memory that every commit looks at.
+	// Until then a new connection already shows the setting and its
+	// commits do not wait (a store made at that moment committed a
+	// decision at once, in a CI run). So: until a commit waits.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for {
-		conn, err := c.Connect(ctx)
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		var v string
-		err = conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&v)
-		conn.Close(context.Background())
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		if v == "*" {
-			return
-		}
+	for !c.commitWaits(t, ctx) {
 		time.Sleep(5 * time.Millisecond) // the reload is the server's: poll it
+	}
+}
+
+// commitWaits reports whether a commit on c waits for a standby: it
+// commits a transaction that writes (an xid and a WAL record: a
+// transactional logical message, which needs no table) on one connection
+// and, if
+// another sees it wait (wait event SyncRep), cancels the wait, which
+// Postgres ends by committing locally with a warning.
+func (c *Cluster) commitWaits(t testing.TB, ctx context.Context) bool {
+	t.Helper()
+	writer, admin := c.Conn(t, ctx), c.Conn(t, ctx)
+	defer writer.Close(context.Background())
+	defer admin.Close(context.Background())
+	pid := writer.PgConn().PID()
+	done := make(chan error, 1)
+	go func() {
+		_, err := writer.Exec(ctx, "SELECT pg_logical_emit_message(true, 'pgtest', '')")
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("pgtest: %v", err)
+			}
+			return false // committed without waiting
+		case <-time.After(5 * time.Millisecond): // the commit is the server's: poll it
+		}
+		var waiting bool
+		if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep')", pid).Scan(&waiting); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if waiting {
+			if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend($1)", pid); err != nil {
+				t.Fatalf("pgtest: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("pgtest: %v", err)
+			}
+			return true
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -156,5 +157,65 @@ func TestKillWhileConnecting(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		c.Kill(t)
 		c.Start(t)
+	}
+}
+
+// TestRequireSynchronousStandbyWaitsForCommits: a new connection shows
+// synchronous_standby_names as soon as the postmaster has reloaded, but a
+// commit waits for a standby only once the checkpointer has read the
+// setting too. With the checkpointer stopped (SIGSTOP), the setting shows
+// and commits do not wait: RequireSynchronousStandby must not return
+// then, and once the checkpointer runs again it returns, and commits
+// wait. (It used to wait only for the setting to show; a store made in
+// between committed a decision at once, in a CI run.)
+func TestRequireSynchronousStandbyWaitsForCommits(t *testing.T) {
+	c := NewCluster(t, ClusterOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var checkpointer int
+	if err := c.Conn(t, ctx).QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'").Scan(&checkpointer); err != nil {
+		t.Fatal(err)
+	}
+	c.signalPids(t, []int{checkpointer}, syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			c.signalPids(t, []int{checkpointer}, syscall.SIGCONT)
+		}
+	}()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		c.RequireSynchronousStandby(t)
+	}()
+	// The setting shows on new connections while the checkpointer is
+	// stopped, and commits do not wait.
+	for {
+		var v string
+		if err := c.Conn(t, ctx).QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == "*" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c.commitWaits(t, ctx) {
+		t.Fatal("a commit waited with the checkpointer stopped: the test cannot show the wait")
+	}
+	select {
+	case <-returned:
+		t.Fatal("RequireSynchronousStandby returned while commits did not wait")
+	case <-time.After(500 * time.Millisecond):
+	}
+	c.signalPids(t, []int{checkpointer}, syscall.SIGCONT)
+	stopped = false
+	select {
+	case <-returned:
+	case <-time.After(20 * time.Second):
+		t.Fatal("RequireSynchronousStandby did not return once the checkpointer ran")
+	}
+	if !c.commitWaits(t, ctx) {
+		t.Error("after RequireSynchronousStandby, a commit did not wait")
 	}
 }
