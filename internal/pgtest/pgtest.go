@@ -131,3 +131,19 @@ func redact(cfg *pgxpool.Config) string {
 	c := cfg.ConnConfig
 	return c.User + "@" + c.Host + ":" + strconv.Itoa(int(c.Port)) + "/" + c.Database
 }
+
+// ClearOf waits, when less than need is left of the current window of
+// length w, until the next one has begun. sluice's fixed windows are
+// aligned to the epoch on the database clock (in the tests, this
+// machine's): a test that counts requests in one window and crosses into
+// the next sees the count start again. TestLeasePeekWhileRenewing failed
+// so in a CI run from 10:59:58 (hour windows), TestChargesAcrossGateways
+// in one from 17:25:59 (minute windows).
+func ClearOf(t testing.TB, w, need time.Duration) {
+	t.Helper()
+	left := time.Until(time.Now().Truncate(w).Add(w))
+	if left < need {
+		t.Logf("waiting %v for the next window of %v: the test's would end while it runs", left.Round(time.Millisecond), w)
+		time.Sleep(left + 50*time.Millisecond)
+	}
+}

@@ -41,7 +41,10 @@ func open(t testing.TB, db *pgtest.DB, pool *pgxpool.Pool, now func() time.Time,
 		o.Logger = failureLog(t)
 	}
 	if now == nil {
-		clearOfHour(t, 90*time.Second)
+		// The longest test on the database clock
+		// (TestLeasesExactAcrossInstances) has taken 27 s in CI; its
+		// windows are an hour long.
+		pgtest.ClearOf(t, time.Hour, 90*time.Second)
 	}
 	s, err := postgres.New(pool, o)
 	if err != nil {
@@ -84,22 +87,6 @@ func gatewayPool(t testing.TB, url string, maxConns int32, opts postgres.Options
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-// clearOfHour waits, when less than need is left of the hour, until the
-// next one has begun. The tests on the database clock (the same machine's)
-// count windows of an hour, aligned to the epoch, and a run that crosses
-// into the next hour sees the count start again: TestLeasePeekWhileRenewing
-// failed so in a CI run from 10:59:58. The longest of them
-// (TestLeasesExactAcrossInstances) has taken 27 s in CI; the wait, up to
-// need, comes in one run in forty.
-func clearOfHour(t testing.TB, need time.Duration) {
-	t.Helper()
-	left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour))
-	if left < need {
-		t.Logf("waiting %v for the next hour: the test's windows would end while it runs", left.Round(time.Millisecond))
-		time.Sleep(left + 50*time.Millisecond)
-	}
 }
 
 // failureLog is a logger whose entries t prints if it fails: why the store
