@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
@@ -40,6 +41,7 @@ func TestAccessLog(t *testing.T) {
 	var out proctest.Buffer
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&out), zapcore.InfoLevel))
 	_, g := serveGateway(t, env, Options{Logger: log})
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 
 	send := func(method, path, body string, header ...string) int {
 		t.Helper()
@@ -144,6 +146,7 @@ func TestResponsesMetric(t *testing.T) {
 	env["SLUICE_UPSTREAM"] = up.URL
 	env["SLUICE_RULES"] = "login: POST /api/login by ip 1/1h"
 	g := start(t, env)
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 	for range 3 {
 		res, err := http.Post(g.url+"/api/login", "", nil)
 		if err != nil {

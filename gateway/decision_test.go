@@ -86,6 +86,7 @@ func TestDecisionServiceOnly(t *testing.T) {
 	if g.public != nil {
 		t.Fatal("a public listener without SLUICE_UPSTREAM")
 	}
+	pgtest.ClearOf(t, time.Minute, 10*time.Second)
 	var codes []int
 	for range 3 {
 		code, err := askCheck(http.DefaultClient, "http://"+check, "POST", "/api/login")
@@ -144,6 +145,7 @@ func TestDescriptorKeysInTheAdminAPI(t *testing.T) {
 	_, r, _ := serveGatewayAsync(t, env, Options{Logger: zap.NewNop()})
 	rlsAddr := r.addr(t, "SLUICE_RLS_LISTEN")
 	c := rlsClient(t, rlsAddr, nil)
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 	login := descriptorCall("edge", "generic_key", "login", "remote_address", "10.0.0.9")
 	if _, err := c.ShouldRateLimit(context.Background(), login); err != nil {
 		t.Fatal(err)
@@ -225,6 +227,8 @@ rlocal: * rls:e by descriptor(k=local) 1/1m fail=local`,
 		return res.GetOverallCode().String()
 	}
 	c.ShouldRateLimit(context.Background(), descriptorCall("e", "k", "none")) // the connection, outside the timing
+	// Both requests of each fail=local rule in one window of its 1m.
+	pgtest.ClearOf(t, time.Minute, 10*time.Second)
 	for _, tc := range []struct{ what, got, want string }{
 		{"check closed", timed("check closed", func() string { return ask("/closed") }), "503"},
 		{"check open", timed("check open", func() string { return ask("/open") }), "200"},
@@ -258,6 +262,7 @@ func TestRLSExactAcrossInstances(t *testing.T) {
 		_, _, addr := decisionService(t, env)
 		clients = append(clients, rlsClient(t, addr, nil))
 	}
+	pgtest.ClearOf(t, time.Hour, 20*time.Second)
 	codes := proctest.CountStatuses(t, 50, func(i int) (int, error) {
 		res, err := clients[i%2].ShouldRateLimit(context.Background(), descriptorCall("edge", "generic_key", "login", "remote_address", "198.51.100.7"))
 		return int(res.GetOverallCode()), err

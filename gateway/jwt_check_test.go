@@ -3,8 +3,11 @@ package gateway
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // checkJWT runs a gateway that answers forward-auth only (no
@@ -23,7 +26,9 @@ func checkJWT(t *testing.T, jwksFile, trusted, rules string, extra ...string) (s
 		env[extra[i]] = extra[i+1]
 	}
 	_, r, _ := serveGatewayAsync(t, env, Options{Logger: zap.NewNop()})
-	return "http://" + r.addr(t, "SLUICE_CHECK_LISTEN"), r
+	url := "http://" + r.addr(t, "SLUICE_CHECK_LISTEN")
+	pgtest.ClearOf(t, time.Hour, 10*time.Second) // the callers count in the rules' hour windows
+	return url, r
 }
 
 // askJWT asks the check listener at url about GET uri from the client at

@@ -234,6 +234,7 @@ func TestJWTTwoGatewaysOnePostgres(t *testing.T) {
 	}
 	env["SLUICE_FAIL_MODE"] = "closed"
 	gws := []*running{start(t, env), start(t, env)}
+	pgtest.ClearOf(t, time.Hour, 30*time.Second)
 
 	users := []struct {
 		sub    string
@@ -506,6 +507,7 @@ func TestJWTPlansThroughGateway(t *testing.T) {
 	up := okUpstream(t)
 	jwks := jwttest.NewServer(t, m.JWKS("rsa", "ec"))
 	_, r := startJWT(t, jwtEnv(up, jwks.URL, "api: GET /api/* by jwt 2/1h plans(app_metadata.plan)=pro:5/1h,team:50/1d"), nil, nil)
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 	exhaust := func(name, token string, limit int) {
 		t.Helper()
 		for i := 1; i <= limit+1; i++ {

@@ -29,6 +29,7 @@ func TestResetAgrees(t *testing.T) {
 				env = databaseEnv(pgtest.New(t), up.URL, rules)
 			}
 			g := start(t, env)
+			pgtest.ClearOf(t, time.Hour, 10*time.Second)
 			post := func(path string) (int, int64, int64) {
 				t.Helper()
 				res, err := http.Post(g.url+path, "", nil)

@@ -81,6 +81,7 @@ func TestStatsOfAGateway(t *testing.T) {
 				env["SLUICE_DATABASE_URL"], env["SLUICE_DB_SCHEMA"] = db.URL, db.Schema
 			}
 			g := start(t, env)
+			pgtest.ClearOf(t, time.Hour, 10*time.Second)
 			for range 5 {
 				proctest.Call(t, "POST", g.url+"/api/login", "", "")
 			}

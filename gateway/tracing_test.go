@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/proxy"
 )
@@ -154,6 +155,7 @@ func TestTracing(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode
 	}
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 	for _, r := range []struct {
 		method, path, body string
 		want               int
