@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
@@ -152,6 +153,7 @@ func TestContainerImage(t *testing.T) {
 	}
 	base := "http://" + public
 
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 	for i := 1; i <= 3; i++ {
 		if code, body := httpGet(base + "/hello"); code != http.StatusOK || body != "hello from upstream" {
 			t.Fatalf("request %d through the container: %d %q", i, code, body)

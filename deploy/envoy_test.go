@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -164,6 +165,8 @@ func TestEnvoyBootstrap(t *testing.T) {
 	}
 	defer conn.Close()
 	c := rlsv3.NewRateLimitServiceClient(conn)
+	// Each route's calls in one window of the rules' 1m windows.
+	pgtest.ClearOf(t, time.Minute, 20*time.Second)
 	for i, route := range setup.routes {
 		client := fmt.Sprintf("203.0.113.%d", i+1)
 		ds := descriptors(t, route, client)

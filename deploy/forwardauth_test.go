@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/proctest"
@@ -198,6 +199,9 @@ func limitedBehind(t *testing.T, start func(t *testing.T, check, upstream string
 	a := newApp(t)
 	check, sl := decisionService(t, map[string]string{"SLUICE_RULES": proxyRules})
 	base := start(t, check, a.addr())
+	// The six requests, and the test's after them, in one window of the
+	// 1m rule.
+	pgtest.ClearOf(t, time.Minute, 20*time.Second)
 	expectLimited(t, base, a)
 	return base, a, sl
 }
@@ -259,6 +263,7 @@ func TestSharedLimitBehindProxies(t *testing.T) {
 		})
 		bases = append(bases, startNginx(t, check, a.addr()))
 	}
+	pgtest.ClearOf(t, time.Hour, 20*time.Second)
 	codes := proctest.CountStatuses(t, 30, func(i int) (int, error) {
 		return proctest.StatusOf(client.Get(bases[i%3] + "/hello"))
 	})

@@ -126,6 +126,7 @@ func TestDatabaseRoles(t *testing.T) {
 	}
 	code, body := httpGet(g.admin + "/readyz")
 	expect("GET /readyz", code, body, 200)
+	pgtest.ClearOf(t, time.Hour, 20*time.Second)
 	for i, want := range []int{200, 200, 429} {
 		code, body := do("POST", g.url+"/api/login", "", "")
 		expect(fmt.Sprintf("login %d", i+1), code, body, want)

@@ -384,6 +384,7 @@ func burst(t *testing.T, gws []*faultGateway, path, key string, n int) map[int]i
 // shared store decides.
 func expectExact(t *testing.T, gws []*faultGateway, key string) {
 	t.Helper()
+	pgtest.ClearOf(t, time.Hour, 10*time.Second)
 	if codes := burst(t, gws, "/closed", key, 20); codes[200] != 5 || codes[429] != 15 {
 		t.Fatalf("20 requests on key %s against limit 5: %v, want 5×200 and 15×429", key, codes)
 	}

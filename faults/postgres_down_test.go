@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+
+	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
 // TestFaultPostgresStopped: Postgres stops in the middle of traffic. Every
@@ -23,6 +25,8 @@ func TestFaultPostgresStopped(t *testing.T) {
 	// Not parallel: it bounds the p99 of decisions with the breaker open, which
 	// the other fault tests' load would be part of. It runs before them.
 	c, gws := clusterGateways(t, 2)
+	// The key "before" is counted before the outage and after it.
+	pgtest.ClearOf(t, time.Hour, 2*time.Minute)
 	expectExact(t, gws, "before")
 
 	bg := startTraffic(gws, 2)
@@ -150,6 +154,8 @@ func TestFaultRestartUnderTraffic(t *testing.T) {
 	t.Parallel()
 	c, gws := clusterGateways(t, 2)
 	waitReady(t, gws, 10*time.Second)
+	// The key "used-up" must stay over its limit across the restart.
+	pgtest.ClearOf(t, time.Hour, time.Minute)
 	expectExactNow(t, gws, "used-up") // both keys at their limit now
 
 	var leaked atomic.Int64
