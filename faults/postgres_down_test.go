@@ -26,7 +26,7 @@ func TestFaultPostgresStopped(t *testing.T) {
 	// the other fault tests' load would be part of. It runs before them.
 	c, gws := clusterGateways(t, 2)
 	// The key "before" is counted before the outage and after it.
-	pgtest.ClearOf(t, time.Hour, 2*time.Minute)
+	pgtest.ClearOf(t, time.Hour, time.Minute)
 	expectExact(t, gws, "before")
 
 	bg := startTraffic(gws, 2)
