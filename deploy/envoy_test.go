@@ -166,7 +166,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 	defer conn.Close()
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	// Each route's calls in one window of the rules' 1m windows.
-	pgtest.ClearOf(t, time.Minute, 20*time.Second)
+	pgtest.ClearOf(t, time.Minute, 5*time.Second)
 	for i, route := range setup.routes {
 		client := fmt.Sprintf("203.0.113.%d", i+1)
 		ds := descriptors(t, route, client)

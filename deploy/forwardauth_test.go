@@ -201,7 +201,7 @@ func limitedBehind(t *testing.T, start func(t *testing.T, check, upstream string
 	base := start(t, check, a.addr())
 	// The six requests, and the test's after them, in one window of the
 	// 1m rule.
-	pgtest.ClearOf(t, time.Minute, 20*time.Second)
+	pgtest.ClearOf(t, time.Minute, 5*time.Second)
 	expectLimited(t, base, a)
 	return base, a, sl
 }

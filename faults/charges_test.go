@@ -49,7 +49,7 @@ rpm:     POST /v1/chat/completions by tenant 100000/1m
 	ps := startGatewayProcesses(t, 2, leaseGatewayEnv(up.URL, db, rules))
 	// Every request in one window of the minute rules (a burst that
 	// crossed into the next minute counted 147 of 400 in it).
-	pgtest.ClearOf(t, time.Minute, 20*time.Second)
+	pgtest.ClearOf(t, time.Minute, 10*time.Second)
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -27,7 +27,7 @@ func TestFaultFailover(t *testing.T) {
 		primary.Port, standby.Port)
 	gws := gatewaysOn(t, url, 2)
 	// The key "kept" is counted before the failover and after it.
-	pgtest.ClearOf(t, time.Hour, time.Minute)
+	pgtest.ClearOf(t, time.Hour, 30*time.Second)
 	busy, idle := gws[0], gws[1]
 	for range 3 {
 		if r := busy.mustPost(t, "/closed", "kept"); r.status != 200 {

@@ -28,7 +28,7 @@ func TestMemoryFloodBounded(t *testing.T) {
 	})[0]
 	g := p.gateway()
 	// The victims stay over their limit through the flood.
-	pgtest.ClearOf(t, time.Hour, time.Minute)
+	pgtest.ClearOf(t, time.Hour, 15*time.Second)
 	send := func(key string) int {
 		r, err := g.post("/flood", key)
 		if err != nil {

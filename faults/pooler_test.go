@@ -38,7 +38,7 @@ func TestFaultPgBouncer(t *testing.T) {
 	env["SLUICE_LOCAL_CACHE_SIZE"] = "0" // every decision goes to the database
 	env["SLUICE_DB_TIMEOUT"] = "5s"      // exactness, not latency, is under test
 	g := startFault(t, env)
-	pgtest.ClearOf(t, time.Hour, time.Minute)
+	pgtest.ClearOf(t, time.Hour, 45*time.Second)
 
 	const keys, perKey, workers = 100, 100, 16
 	var (

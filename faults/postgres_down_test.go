@@ -26,7 +26,7 @@ func TestFaultPostgresStopped(t *testing.T) {
 	// the other fault tests' load would be part of. It runs before them.
 	c, gws := clusterGateways(t, 2)
 	// The key "before" is counted before the outage and after it.
-	pgtest.ClearOf(t, time.Hour, time.Minute)
+	pgtest.ClearOf(t, time.Hour, 30*time.Second)
 	expectExact(t, gws, "before")
 
 	bg := startTraffic(gws, 2)
@@ -155,7 +155,7 @@ func TestFaultRestartUnderTraffic(t *testing.T) {
 	c, gws := clusterGateways(t, 2)
 	waitReady(t, gws, 10*time.Second)
 	// The key "used-up" must stay over its limit across the restart.
-	pgtest.ClearOf(t, time.Hour, time.Minute)
+	pgtest.ClearOf(t, time.Hour, 20*time.Second)
 	expectExactNow(t, gws, "used-up") // both keys at their limit now
 
 	var leaked atomic.Int64

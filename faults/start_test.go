@@ -80,7 +80,7 @@ func TestFaultColdStartUnderLoad(t *testing.T) {
 	for run := range 10 {
 		// The 30 requests of the run, however late each port opens, in one
 		// window of the hour rule.
-		pgtest.ClearOf(t, time.Hour, time.Minute)
+		pgtest.ClearOf(t, time.Hour, 15*time.Second)
 		env := faultEnv(up.URL, db.URL)
 		env["SLUICE_DB_SCHEMA"] = pgtest.NewSchema(t, db.Pool, "cold_")
 		env["SLUICE_DB_TIMEOUT"] = coldStartTimeout.String()

@@ -86,7 +86,7 @@ func TestDecisionServiceOnly(t *testing.T) {
 	if g.public != nil {
 		t.Fatal("a public listener without SLUICE_UPSTREAM")
 	}
-	pgtest.ClearOf(t, time.Minute, 10*time.Second)
+	pgtest.ClearOf(t, time.Minute, 5*time.Second)
 	var codes []int
 	for range 3 {
 		code, err := askCheck(http.DefaultClient, "http://"+check, "POST", "/api/login")
@@ -228,7 +228,7 @@ rlocal: * rls:e by descriptor(k=local) 1/1m fail=local`,
 	}
 	c.ShouldRateLimit(context.Background(), descriptorCall("e", "k", "none")) // the connection, outside the timing
 	// Both requests of each fail=local rule in one window of its 1m.
-	pgtest.ClearOf(t, time.Minute, 10*time.Second)
+	pgtest.ClearOf(t, time.Minute, 5*time.Second)
 	for _, tc := range []struct{ what, got, want string }{
 		{"check closed", timed("check closed", func() string { return ask("/closed") }), "503"},
 		{"check open", timed("check open", func() string { return ask("/open") }), "200"},

@@ -232,7 +232,7 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 		gws = append(gws, start(t, env))
 	}
 	// The counts of the first burst must hold after the restart.
-	pgtest.ClearOf(t, time.Hour, time.Minute)
+	pgtest.ClearOf(t, time.Hour, 30*time.Second)
 	codes := fire(t, gws, 30)
 	if codes[200] != 5 || codes[429] != 25 || up.Hits() != 5 {
 		t.Fatalf("status counts %v, upstream saw %d; want 5 allowed, 25 limited", codes, up.Hits())

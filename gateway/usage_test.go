@@ -71,7 +71,7 @@ func testUsageThroughGateway(t *testing.T, env map[string]string) {
 	env["SLUICE_JWT_ISSUER"] = jwtIssuer
 	g := start(t, env)
 	// Every count in one window of the 1m rules (and so of the others).
-	pgtest.ClearOf(t, time.Minute, 20*time.Second)
+	pgtest.ClearOf(t, time.Minute, 5*time.Second)
 
 	now := time.Now().Unix()
 	pat := jwttest.HS256(t, testJWTSecret, map[string]any{"sub": "pat", "tier": "pro", "iss": jwtIssuer, "iat": now - 60, "exp": now + 3600})
