@@ -590,9 +590,17 @@ func (c *Cluster) RequireSynchronousStandby(t testing.TB) {
 // Postgres ends by committing locally with a warning.
 func (c *Cluster) commitWaits(t testing.TB, ctx context.Context) bool {
 	t.Helper()
-	writer, admin := c.Conn(t, ctx), c.Conn(t, ctx)
-	defer writer.Close(context.Background())
-	defer admin.Close(context.Background())
+	// Closed here, not at the end of the test: the caller polls.
+	var conns [2]*pgx.Conn
+	for i := range conns {
+		conn, err := c.Connect(ctx)
+		if err != nil {
+			t.Fatalf("pgtest: connect to port %d: %v", c.Port, err)
+		}
+		defer conn.Close(context.Background())
+		conns[i] = conn
+	}
+	writer, admin := conns[0], conns[1]
 	pid := writer.PgConn().PID()
 	done := make(chan error, 1)
 	go func() {
