@@ -158,6 +158,8 @@ type batcher struct {
 	// it falls back to zero.
 	overdue int
 	late    chan struct{}
+	// unanswered counts the statements sent and not answered yet.
+	unanswered int
 	// base is the context every statement runs under (bounded by
 	// StatementTimeout); abort cancels it and makes a new one.
 	base   context.Context
@@ -235,6 +237,9 @@ type inFlight struct {
 // (see Store.watch).
 func (b *batcher) send(watch func(*inFlight)) *inFlight {
 	st := &inFlight{sent: time.Now(), done: make(chan struct{})}
+	b.mu.Lock()
+	b.unanswered++
+	b.mu.Unlock()
 	if b.timeout > 0 {
 		st.timer = time.AfterFunc(b.timeout, func() { watch(st) })
 	}
@@ -268,6 +273,7 @@ func (b *batcher) answered(st *inFlight, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st.answered = true
+	b.unanswered--
 	close(st.done)
 	if st.late {
 		if b.overdue--; b.overdue == 0 {
@@ -626,8 +632,10 @@ type BatchStats struct {
 	// decision.
 	Statements uint64
 	// InFlight is the number of batcher slots in use now: statements in
-	// flight, or drains about to send one.
+	// flight, or drains about to send one or done with one.
 	InFlight int
+	// Unanswered is the number of statements sent and not answered yet.
+	Unanswered int
 	// Queued is the number of decisions waiting for a statement now,
 	// including any whose callers gave up and that the next statement will
 	// drop.
@@ -643,7 +651,7 @@ func (s *Store) BatchStats() BatchStats {
 	if b := s.batch; b != nil {
 		s.renewals.mu.Lock()
 		b.mu.Lock()
-		st.InFlight, st.Queued, st.Gathering = b.inFlight, len(b.queue), b.gathering
+		st.InFlight, st.Unanswered, st.Queued, st.Gathering = b.inFlight, b.unanswered, len(b.queue), b.gathering
 		st.Queued += len(s.renewals.pending) // gathering renewals wait too
 		b.mu.Unlock()
 		s.renewals.mu.Unlock()

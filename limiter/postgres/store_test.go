@@ -564,6 +564,33 @@ func TestExecModes(t *testing.T) {
 	}
 }
 
+// TestProbeFailsWhileAStatementIsUnanswered: a probe fails while a decide
+// statement sent before it is still unanswered (here, waiting for a row
+// lock), and passes once it is answered, whether or not the drain that
+// sent it has given its slot up yet.
+func TestProbeFailsWhileAStatementIsUnanswered(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, pgtest.NewPool(t, db.URL, 4), newClock(base).Now, patient, unleased)
+	r := fixed("probe-busy", 5, time.Minute)
+	decide(t, s, chk(r, "k"))
+	ctx := context.Background()
+	tx := counterTx(t, db, "SELECT 1 FROM %s WHERE rule = 'probe-busy' AND key = 'k' FOR UPDATE")
+	done := decideAsync(ctx, s, chk(r, "k"))
+	waitLockWaits(t, db, 1)
+	if err := s.Probe(ctx); err == nil || !strings.Contains(err.Error(), "still in flight") {
+		t.Errorf("probe with a statement waiting for a lock: %v, want it to fail", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := receive(t, done); a.err != nil || !a.ok {
+		t.Fatalf("the decision that waited: %v, %v", a.ok, a.err)
+	}
+	if err := s.Probe(ctx); err != nil {
+		t.Errorf("probe once the statement was answered: %v", err)
+	}
+}
+
 // TestProbeWarmsThePool: once a probe has passed, on a pool configured as
 // the gateway configures it, the pool holds at least the batcher's
 // connections plus one, and every one of them has the decide statement
