@@ -125,9 +125,10 @@ small:   POST /small   by header(X-Key) 20/1d
 	}
 }
 
-// leaseDeathBound is what README ("Leases") promises a gateway that dies
-// can waste of a counter: a sixteenth of its limit, in whole requests.
-func leaseDeathBound(limit int) int { return limit / 16 }
+// leaseDeathBound is what docs/store.md ("Leases") promises a gateway that
+// dies can waste of a counter: a sixteenth of its limit, in whole
+// requests, or two requests of a limit below 32.
+func leaseDeathBound(limit int) int { return max(limit/16, 2) }
 
 // TestLeaseGatewayKilledMidBurst: three gateway processes share one key
 // with a limit of 3,000, 4,500 requests spread 70/20/10; the second
@@ -149,5 +150,48 @@ func TestLeaseGatewayKilledMidBurst(t *testing.T) {
 	t.Logf("killed mid-burst: %d reached the upstream (statuses %v); bound [%d, 3000]", got, st, floor)
 	if got > 3000 || got < floor {
 		t.Errorf("%d reached the upstream, want at most 3000 and at least %d", got, floor)
+	}
+}
+
+// TestSmallLeasesGatewayKilled: limits below 32 lease too, a request or
+// two per gateway (docs/store.md, "Leases"). Three gateway processes share
+// 300 keys of a limit of 10, each key's requests moving between them as
+// a client's would, 20 per key; the second gateway is killed (SIGKILL)
+// after each key's fifth. No key gets more than 10 through, and none
+// fewer than 10 less what a dead gateway can waste.
+func TestSmallLeasesGatewayKilled(t *testing.T) {
+	db := parallelDB(t)
+	up := newKeyUpstream(t)
+	ps := startGatewayProcesses(t, 3, leaseGatewayEnv(up.URL, db, "login: POST /login by header(X-Key) 10/1d"))
+	var killOnce sync.Once
+	const keys, each, limit = 300, 20, 10
+	st := sendAll(ps, keys*each, "/login", func(i int) string { return fmt.Sprint(i % keys) }, func(i int) int { return (i / keys) % 3 }, func(i int) {
+		if i == keys*5 {
+			killOnce.Do(ps[1].kill)
+		}
+	})
+	through := up.snapshot()
+	floor := limit - leaseDeathBound(limit)
+	short := 0
+	for k := range keys {
+		got := through[fmt.Sprintf("/login %d", k)]
+		if got > limit || got < floor {
+			t.Errorf("key %d: %d reached the upstream, want at most %d and at least %d", k, got, limit, floor)
+		}
+		if got < limit {
+			short++
+		}
+	}
+	t.Logf("statuses %v; %d of %d keys lost units to the dead gateway", st, short, keys)
+	var local float64
+	for _, p := range []*process{ps[0], ps[2]} {
+		v, err := p.metricValue("sluice_lease_decisions_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		local += v
+	}
+	if local == 0 {
+		t.Errorf("no decision was answered from a lease")
 	}
 }

@@ -34,9 +34,10 @@ type usageEntry struct {
 	Key           *string
 }
 
-// usageGatewayRules have limits below 32, which Postgres never leases:
-// Peek counts units leased to a gateway as used until they come back, so
-// a leased counter's count would be its lease, not its traffic.
+// usageGatewayRules have limits below 32, as logins and daily quotas do.
+// Postgres leases them a request or two at a time (limiter/postgres,
+// leaseSmall): the counts the usage endpoint reads must still be the
+// traffic, not the units the gateway holds.
 const usageGatewayRules = `
 login: POST /api/login      by ip     5/15m
 reset: POST /api/reset      by email  3/1h

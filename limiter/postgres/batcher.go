@@ -96,6 +96,12 @@ type call struct {
 	onDone func(*call)
 	// leaseBuf is leases' storage, kept across recycling.
 	leaseBuf []leaseIO
+	// refs, when not nil, are the leases of the checks as planned at
+	// planned: the drain settles the answer in them (settleCall) before
+	// it wakes the caller. refBuf is their storage.
+	refs    []leaseRef
+	refBuf  []leaseRef
+	planned time.Time
 }
 
 // Call states. A call moves from callQueued to callTaken (a drain took it)
@@ -120,6 +126,7 @@ func newCall(checks []limiter.Check, leases []leaseIO, now time.Time) *call {
 		c.leases = append(c.leaseBuf[:0], leases...)
 		c.leaseBuf = c.leases
 	}
+	c.refs = nil
 	c.state.Store(callQueued)
 	c.queued = now
 	return c
@@ -132,6 +139,8 @@ func (c *call) recycle() {
 	c.checks = c.checks[:0]
 	c.err, c.allowed, c.nowUS, c.sent = nil, false, 0, time.Time{}
 	c.leases, c.renewal, c.onDone = nil, false, nil
+	clear(c.refBuf) // drop the lease pointers
+	c.refs, c.planned = nil, time.Time{}
 	callPool.Put(c)
 }
 
@@ -311,15 +320,21 @@ func (s *Store) stopBatch() {
 }
 
 // decideBatched is Decide through the batcher, with the lease requests io
-// (nil: none), which it fills with the answers. It also returns the
-// database's clock at the decision.
-func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO) (bool, int64, time.Time, error) {
+// (nil: none), which it fills with the answers, and the leases refs as
+// planned at planned (nil: none), in which the drain settles them.
+func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO, refs []leaseRef, planned time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, 0, time.Time{}, decideErr(err)
+		return false, decideErr(err)
 	}
-	c, late, err := s.enqueueCall(checks, io, nil)
+	c, late, err := s.enqueueCall(checks, io, func(c *call) {
+		if refs != nil {
+			c.refs = append(c.refBuf[:0], refs...)
+			c.refBuf = c.refs
+			c.planned = planned
+		}
+	})
 	if err != nil {
-		return false, 0, time.Time{}, err
+		return false, err
 	}
 
 	var gaveUp error
@@ -337,15 +352,15 @@ func (s *Store) decideBatched(ctx context.Context, checks []limiter.Check, resul
 			// already: the statement decides it anyway (and its grants
 			// are lost: counted, never spent). Either way the drain that
 			// meets it recycles it.
-			return false, 0, time.Time{}, gaveUp
+			return false, gaveUp
 		}
 		<-c.done // callDone: the answer is there, take it
 	}
 	copy(results, c.results)
 	copy(io, c.leases)
-	allowed, nowUS, sent, err := c.allowed, c.nowUS, c.sent, c.err
+	allowed, err := c.allowed, c.err
 	c.recycle()
-	return allowed, nowUS, sent, err
+	return allowed, err
 }
 
 // renewGather is how long a background lease renewal waits for others to
@@ -556,6 +571,9 @@ func (s *Store) finish(calls []*call, ds []Decision, err error) {
 			c.onDone(c)
 			c.recycle()
 		} else if c.state.CompareAndSwap(callTaken, callDone) {
+			if c.refs != nil && c.err == nil {
+				s.settleCall(c.checks, c.results, c.leases, c.refs, &c.allowed, c.planned, c.nowUS, c.sent)
+			}
 			c.done <- struct{}{}
 		} else {
 			c.recycle() // abandoned: its caller is gone

@@ -159,7 +159,7 @@ func oneConnStore(t *testing.T, rule string) (*postgres.Store, *pgxpool.Pool, *p
 	t.Helper()
 	db := pgtest.New(t)
 	pool := pgtest.NewPool(t, db.URL, 1)
-	s := open(t, db, pool, nil)
+	s := open(t, db, pool, nil, unleased) // its decisions are the faults' subject
 	r := fixed(rule, 10, time.Hour)
 	decide(t, s, chk(r, "k"))
 	return s, pool, r

@@ -119,7 +119,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		t.held.Add(-l.p.Cost)
 		p.gen[i] = l.gen
 		results[i] = l.result(now)
-		if all && l.left < l.grant/renewAt && !l.asking && !now.Before(l.dryUntil) && s.batch != nil {
+		if all && l.left*renewAt < l.grant && !l.asking && !now.Before(l.dryUntil) && s.batch != nil {
 			l.asking = true
 			p.renew[i] = s.leaseAsk(l, now)
 		}
@@ -157,20 +157,23 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 	}
 	t.unlockShards(&p, n)
 
-	// The database decides the rest, in one decision.
+	// The database decides the rest, in one decision, whose answers are
+	// recorded in the leases (settleCall) before it returns.
 	var (
-		sub    [maxLeasedChecks]limiter.Check
-		subRes [maxLeasedChecks]limiter.Result
-		subIO  [maxLeasedChecks]leaseIO
+		sub     [maxLeasedChecks]limiter.Check
+		subRes  [maxLeasedChecks]limiter.Result
+		subIO   [maxLeasedChecks]leaseIO
+		subRefs [maxLeasedChecks]leaseRef
 	)
 	m := 0
 	for i, c := range checks {
 		if !p.local[i] {
 			sub[m], subIO[m] = c, p.io[i]
+			subRefs[m] = leaseRef{l: p.lease[i], returned: p.returned[i], asked: p.asked[i]}
 			m++
 		}
 	}
-	allowed, nowUS, sent, err := s.decideRemoteIO(ctx, sub[:m], subRes[:m], subIO[:m])
+	allowed, err := s.decideRemoteLeased(ctx, sub[:m], subRes[:m], subIO[:m], subRefs[:m], now)
 
 	// Settle the reservations and the grants.
 	t.lockShards(&p, checks)
@@ -194,14 +197,10 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 			}
 			continue
 		}
-		if l != nil && p.asked[i] {
-			l.asking = false
-		}
 		if err == nil {
-			results[i] = subRes[j]
-			if pl := p.lease[i]; pl != nil {
-				t.settleRemote(k, l, pl, c, &results[i], &subRes[j], subIO[j], p.returned[i], p.asked[i], now, nowUS, sent)
-			}
+			results[i] = subRes[j] // settled
+		} else if l != nil && p.asked[i] {
+			l.asking = false
 		}
 		j++
 	}
@@ -209,6 +208,60 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		return false, err
 	}
 	return allowed, nil
+}
+
+// leaseRef is a remote check's lease as its decision was planned: the
+// entry (nil: none), its count of returns then (see settleRemote), and
+// whether the decision asked for units.
+type leaseRef struct {
+	l        *lease
+	returned uint64
+	asked    bool
+}
+
+// settleCall records the database's answers to the checks of one leased
+// decision (refs: their leases as planned, io: what they asked and were
+// granted) in the lease table, and makes its results agree with what this
+// gateway holds. The batcher calls it for the decisions of a statement in
+// the order the database made them, before their callers wake and before
+// it sends the next statement, so that the answers to this gateway's
+// decisions of a counter and the requests it answers from the counter's
+// lease report Remaining as one sequence, each allowed request one less
+// than the one before it (storetest's ConcurrentOneKey; with
+// MaxInFlight above 1 the order between statements is not known, and
+// Remaining may repeat). A decision of one check that the database denied
+// takes its units from this gateway's own lease of the counter when it
+// holds enough: a 429 means the limit is spent, not that this gateway
+// holds what is left of it.
+func (s *Store) settleCall(checks []limiter.Check, results []limiter.Result, io []leaseIO, refs []leaseRef, allowed *bool, planned time.Time, nowUS int64, sent time.Time) {
+	t := s.leases
+	for j, c := range checks {
+		pl := refs[j].l
+		if pl == nil {
+			continue
+		}
+		k := slotKey{c.Rule.Name, c.Key}
+		sh := &t.shards[shardOf(k)]
+		sh.mu.Lock()
+		l := sh.m[k]
+		if l != nil && refs[j].asked {
+			l.asking = false
+		}
+		r := &results[j]
+		t.settleRemote(k, l, pl, c, r, r, io[j], refs[j].returned, refs[j].asked, planned, nowUS, sent)
+		if len(checks) == 1 && !r.Allowed && !c.Rule.CountAll && l != nil && l.rule == c.Rule {
+			now := s.localNow()
+			t.expire(k, l, now)
+			if l.live(now) && l.left >= l.p.Cost {
+				l.left -= l.p.Cost
+				t.held.Add(-l.p.Cost)
+				t.local.Add(1)
+				*r = l.result(now)
+				*allowed = true
+			}
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // settleRemote records the database's answer res to check c, which was
@@ -304,7 +357,7 @@ func (s *Store) leaseAsk(l *lease, now time.Time) leaseIO {
 	if room := (leaseCap(l.p) - l.left - c) / c * c; io.want > room {
 		io.want = room
 	}
-	if io.want < leaseMinRequests*c {
+	if io.want < leaseMin(l.p) {
 		io.want = 0
 	}
 	if l.granted > 0 {
@@ -444,24 +497,27 @@ func (s *Store) renew(c limiter.Check, io leaseIO) {
 // decideRemote decides checks in the database, with lease requests io
 // (nil: none), through the batcher when there is one.
 func (s *Store) decideRemote(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO) (bool, error) {
-	ok, _, _, err := s.decideRemoteIO(ctx, checks, results, io)
-	return ok, err
+	return s.decideRemoteLeased(ctx, checks, results, io, nil, time.Time{})
 }
 
-// decideRemoteIO is decideRemote that also returns the database's clock at
-// the decision and the local instant its statement was sent.
-func (s *Store) decideRemoteIO(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO) (bool, int64, time.Time, error) {
+// decideRemoteLeased is decideRemote for checks whose leases, as planned
+// at planned, are refs (nil: none): their answers are settled in the
+// leases (settleCall) when it returns without an error.
+func (s *Store) decideRemoteLeased(ctx context.Context, checks []limiter.Check, results []limiter.Result, io []leaseIO, refs []leaseRef, planned time.Time) (bool, error) {
 	if len(checks) == 0 {
-		return true, 0, time.Time{}, nil
+		return true, nil
 	}
 	if s.batch != nil {
-		return s.decideBatched(ctx, checks, results, io)
+		return s.decideBatched(ctx, checks, results, io, refs, planned)
 	}
 	d := [1]Decision{{Checks: checks, Results: results, Leases: io}}
 	if err := s.run(ctx, d[:], false); err != nil {
-		return false, 0, time.Time{}, err
+		return false, err
 	}
-	return d[0].Allowed, d[0].NowUS, d[0].Sent, nil
+	if refs != nil {
+		s.settleCall(checks, results, io, refs, &d[0].Allowed, planned, d[0].NowUS, d[0].Sent)
+	}
+	return d[0].Allowed, nil
 }
 
 // Lease upkeep, run by Run: returns, and what time ends.

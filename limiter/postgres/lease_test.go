@@ -17,8 +17,9 @@ import (
 )
 
 // TestLeaseWant pins how leases are sized: from the rate and the time left,
-// within a sixteenth of the limit, in whole requests, never for a token
-// bucket, and never below two requests.
+// within a sixteenth of the limit (or two requests of a small one), in
+// whole requests, never for a token bucket or a limit below five requests,
+// and never below two requests.
 func TestLeaseWant(t *testing.T) {
 	p := func(limit int64, cost int64) limiter.Params {
 		return limiter.Params{Limit: limit, Window: time.Hour, Bucket: time.Minute, Burst: limit, Cost: cost}
@@ -40,7 +41,12 @@ func TestLeaseWant(t *testing.T) {
 		{"fixed, a sixteenth of the limit at most", policy.Fixed, p(3000, 1), 1e5, time.Hour, 187},
 		{"fixed, whole requests of the cost", policy.Fixed, p(1e6, 3), 5000, time.Hour, 15000},
 		{"fixed, cap in whole requests", policy.Fixed, p(100, 3), 1e5, time.Hour, 6},
-		{"fixed, a limit too low to lease", policy.Fixed, p(31, 1), 1e5, time.Hour, 0},
+		{"fixed, a small limit: two requests", policy.Fixed, p(31, 1), 1e5, time.Hour, 2},
+		{"fixed, a limit of 5: two requests (the database grants one)", policy.Fixed, p(5, 1), 0, time.Hour, 2},
+		{"fixed, a small limit in whole requests of the cost", policy.Fixed, p(20, 3), 0, time.Hour, 6},
+		{"fixed, a limit below 5 requests never", policy.Fixed, p(4, 1), 1e5, time.Hour, 0},
+		{"fixed, a limit below 5 requests of the cost never", policy.Fixed, p(14, 3), 1e5, time.Hour, 0},
+		{"sliding, a small limit never", policy.Sliding, p(31, 1), 50, time.Minute, 0},
 		{"fixed, two requests at least", policy.Fixed, p(1e6, 1), 1, time.Second, 0},
 		{"reset like fixed", policy.Reset, p(1e6, 1), 5000, time.Hour, 5000},
 		{"sliding, rate unknown: nothing", policy.Sliding, p(1e6, 1), 0, time.Minute, 0},
@@ -204,34 +210,99 @@ func TestLeasesExactAcrossInstances(t *testing.T) {
 			}
 		})
 	}
-	t.Run("300 keys of 20", func(t *testing.T) {
-		gws := gateways(t, pgtest.New(t), 3)
-		r := fixed("k20", 20, time.Hour)
-		var allowed [300]atomic.Int64
-		var wg sync.WaitGroup
-		for w := range 30 {
-			wg.Go(func() {
-				res := make([]limiter.Result, 1)
-				for i := w; i < 300*30; i += 30 {
-					key := i % 300
-					ok, err := gws[i%3].Decide(context.Background(), []limiter.Check{chk(r, fmt.Sprint(key))}, res)
-					if err != nil {
-						t.Error(err)
-						return
+	// Small limits lease two requests at most (leaseSmall): clients that
+	// move between the gateways meet units the others hold on every key.
+	for _, r := range []*policy.Rule{fixed("k20", 20, time.Hour), fixed("k10", 10, time.Hour), resetRule("r5", 5, time.Hour)} {
+		t.Run(fmt.Sprintf("300 keys of %d, %s", r.Limit, r.Algorithm), func(t *testing.T) {
+			gws := gateways(t, pgtest.New(t), 3)
+			var allowed [300]atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 30 {
+				wg.Go(func() {
+					res := make([]limiter.Result, 1)
+					for i := w; i < 300*30; i += 30 {
+						key := i % 300
+						ok, err := gws[i%3].Decide(context.Background(), []limiter.Check{chk(r, fmt.Sprint(key))}, res)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if ok {
+							allowed[key].Add(1)
+						}
 					}
-					if ok {
-						allowed[key].Add(1)
-					}
+				})
+			}
+			wg.Wait()
+			for k := range allowed {
+				if got := allowed[k].Load(); got != r.Limit {
+					t.Errorf("key %d: %d allowed, want %d", k, got, r.Limit)
 				}
+			}
+			var local uint64
+			for _, s := range gws {
+				local += s.LeaseStats().Local
+			}
+			t.Logf("%d decisions answered from leases", local)
+			if local == 0 {
+				t.Errorf("no decision was answered from a lease")
+			}
+		})
+	}
+}
+
+// TestSmallLimitLeases: a key of a limit below 32 that one gateway sees
+// again and again is answered from memory but for its first request, its
+// renewals gathered in the background, with the Remaining of every answer
+// one less than the one before; a limit below five never leases.
+func TestSmallLimitLeases(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	runStore(t, s)
+	ctx := context.Background()
+	res := make([]limiter.Result, 1)
+	for _, limit := range []int64{10, 5} {
+		r := fixed(fmt.Sprint("small", limit), limit, time.Hour)
+		before := s.LeaseStats().Local
+		for i := range limit {
+			// A quiet key: its renewal has time to land.
+			eventually(t, "no renewal in flight", func() bool {
+				st := s.BatchStats()
+				return st.InFlight == 0 && st.Queued == 0
 			})
-		}
-		wg.Wait()
-		for k := range allowed {
-			if got := allowed[k].Load(); got != 20 {
-				t.Errorf("key %d: %d allowed, want 20", k, got)
+			ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res)
+			if err != nil || !ok {
+				t.Fatalf("limit %d, request %d: %v, %v", limit, i+1, ok, err)
+			}
+			if want := limit - 1 - i; res[0].Remaining != want {
+				t.Errorf("limit %d, request %d: Remaining %d, want %d", limit, i+1, res[0].Remaining, want)
+			}
+			if held := s.LeaseStats().UnitsHeld; held > 2 {
+				t.Errorf("limit %d, request %d: the gateway holds %d units, want 2 at most", limit, i+1, held)
 			}
 		}
-	})
+		if ok, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res); err != nil || ok || res[0].Provisional {
+			t.Errorf("limit %d, one request more: %v, %v, %+v: want a final denial", limit, ok, err, res[0])
+		}
+		// Every request but the first from the lease, for a limit of
+		// 10; for a limit of 5 the database's quarter of the room left
+		// is one request at a time, and the last ones none.
+		local := s.LeaseStats().Local - before
+		t.Logf("limit %d: %d of %d requests answered from a lease", limit, local, limit)
+		if want := map[int64]uint64{10: 9, 5: 4}[limit]; local < want {
+			t.Errorf("limit %d: %d requests answered from a lease, want %d at least", limit, local, want)
+		}
+	}
+	r := fixed("small4", 4, time.Hour)
+	before := s.LeaseStats().Local
+	for range 5 {
+		if _, err := s.Decide(ctx, []limiter.Check{chk(r, "k")}, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if local := s.LeaseStats().Local - before; local != 0 {
+		t.Errorf("a limit of 4: %d requests answered from a lease, want none", local)
+	}
 }
 
 // TestLeaseGivenBackWhenNeeded: a gateway that holds leased units it does
@@ -287,29 +358,35 @@ func TestLeaseGivenBackWhenNeeded(t *testing.T) {
 // leased units wastes those units and nothing more: the others get the
 // limit less what it held.
 func TestLeaseDeadGatewayWastesAtMostItsHold(t *testing.T) {
-	db := pgtest.New(t)
-	dead := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
-	r := fixed("dead", 1000, time.Hour)
-	res := make([]limiter.Result, 1)
-	for range 10 {
-		if ok, err := dead.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res); err != nil || !ok {
-			t.Fatalf("%v, %v", ok, err)
-		}
-	}
-	// A renewal may be on its way: what it brings is held too.
-	eventually(t, "no renewal in flight", func() bool {
-		st := dead.BatchStats()
-		return st.InFlight == 0 && st.Queued == 0
-	})
-	held := dead.LeaseStats().UnitsHeld
-	if held <= 0 || held > 1000/16 {
-		t.Fatalf("the gateway holds %d units, want a lease, with its renewals, of at most a sixteenth of the limit", held)
-	}
-	postgres.DropLeases(dead) // it dies: nothing is given back
-	alive := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
-	allowed := 10 + untilDenied(t, alive, chk(r, "k"), res)
-	if want := 1000 - int(held); allowed != want {
-		t.Errorf("%d allowed in all, want %d: the limit less the %d units the dead gateway held", allowed, want, held)
+	for _, c := range []struct {
+		limit, seen, bound int64 // bound: a sixteenth, or two requests of a small limit
+	}{{1000, 10, 1000 / 16}, {10, 3, 2}} {
+		t.Run(fmt.Sprint(c.limit), func(t *testing.T) {
+			db := pgtest.New(t)
+			dead := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+			r := fixed("dead", c.limit, time.Hour)
+			res := make([]limiter.Result, 1)
+			for range c.seen {
+				if ok, err := dead.Decide(context.Background(), []limiter.Check{chk(r, "k")}, res); err != nil || !ok {
+					t.Fatalf("%v, %v", ok, err)
+				}
+			}
+			// A renewal may be on its way: what it brings is held too.
+			eventually(t, "no renewal in flight", func() bool {
+				st := dead.BatchStats()
+				return st.InFlight == 0 && st.Queued == 0
+			})
+			held := dead.LeaseStats().UnitsHeld
+			if held <= 0 || held > c.bound {
+				t.Fatalf("the gateway holds %d units, want a lease, with its renewals, of at most %d", held, c.bound)
+			}
+			postgres.DropLeases(dead) // it dies: nothing is given back
+			alive := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+			allowed := c.seen + int64(untilDenied(t, alive, chk(r, "k"), res))
+			if want := c.limit - held; allowed != want {
+				t.Errorf("%d allowed in all, want %d: the limit less the %d units the dead gateway held", allowed, want, held)
+			}
+		})
 	}
 }
 

@@ -448,7 +448,7 @@ func TestBatchSequential(t *testing.T) {
 // which then counts from a fresh counter.
 func TestRowDeletedUnderDecision(t *testing.T) {
 	db := pgtest.New(t)
-	s := open(t, db, nil, newClock(base).Now, patient)
+	s := open(t, db, nil, newClock(base).Now, patient, unleased)
 	r := fixed("r", 5, time.Minute)
 	decide(t, s, chk(r, "k"))
 	ctx := context.Background()
@@ -800,7 +800,7 @@ func TestNewKeyRace(t *testing.T) {
 	ctx := context.Background()
 	x := fixed("x", 10, time.Minute)
 	k := fixed("k", 10, time.Minute)
-	stores := []*postgres.Store{instance(t, db, clk, patient), instance(t, db, clk, patient)}
+	stores := []*postgres.Store{instance(t, db, clk, patient, unleased), instance(t, db, clk, patient, unleased)}
 	decide(t, stores[0], chk(x, "x")) // x exists, k does not
 
 	// Hold x, so that both decisions find k missing, then wait for x.
@@ -849,7 +849,7 @@ func TestNewHotKeyWaits(t *testing.T) {
 	// three are seen waiting (see patient).
 	var stores []*postgres.Store
 	for range 3 {
-		stores = append(stores, instance(t, db, clk, patient))
+		stores = append(stores, instance(t, db, clk, patient, unleased))
 	}
 	// Another gateway is creating the counter: its insert is not committed.
 	tx := counterTx(t, db, "INSERT INTO %s (rule, key, alg, expires_at) VALUES ('hot', 'k', 0, now() + interval '1 hour')")
