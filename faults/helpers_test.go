@@ -239,7 +239,16 @@ func (g *faultGateway) waitDecides(t *testing.T, limit time.Duration, what strin
 func (g *faultGateway) expectErrorsCounted(t *testing.T, kind string) {
 	t.Helper()
 	if g.metric(t, `sluice_store_errors_total{kind="`+kind+`"}`) == 0 {
-		t.Errorf("no %s error counted", kind)
+		// What was counted, and what the gateway said: a CI run under
+		// load once counted no read_only error here, and said no more.
+		t.Errorf("no %s error counted; store errors %v", kind, storeErrorSeries(g.metrics(t)))
+		if g.logs != nil {
+			for _, e := range g.logs.All() {
+				if e.Level >= zapcore.WarnLevel {
+					t.Logf("gateway %s %s %s %v", e.Time.Format("15:04:05.000"), e.Level, e.Message, e.ContextMap())
+				}
+			}
+		}
 	}
 }
 
