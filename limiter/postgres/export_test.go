@@ -48,6 +48,14 @@ func SetBatchClock(s *Store, clock interface {
 	s.batch.clock = clock
 }
 
+// SetRenewGather makes the background renewals of s wait d for one another
+// (renewGather) from now on.
+func SetRenewGather(s *Store, d time.Duration) {
+	s.renewals.mu.Lock()
+	s.renewals.gather = d
+	s.renewals.mu.Unlock()
+}
+
 // LeaseWant is leaseWant: how many units a lease asks for.
 var LeaseWant = leaseWant
 

@@ -101,7 +101,7 @@ const (
 	// whose sixteenth is less (a limit below 32 requests: logins, password
 	// resets, daily quotas per client), so that a key seen every few
 	// seconds is answered from memory but for its first request, and its
-	// renewals, one per two requests, wait 20 ms for one another's company
+	// renewals, one per two requests, wait for one another's company (renewGather)
 	// in the background (a fixed window's). The database's quarter of the
 	// room left bounds it further: a limit of 5 leases one request at a
 	// time, and a limit below 5 nothing. It is what a dead gateway can

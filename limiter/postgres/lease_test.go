@@ -305,6 +305,56 @@ func TestSmallLimitLeases(t *testing.T) {
 	}
 }
 
+// TestRenewalsFillingAStatementGoAtOnce: background renewals wait for one
+// another's company (renewGather, an hour here), but no longer than it
+// takes them to fill a statement (MaxBatch). Without that, the last key
+// below would still wait.
+func TestRenewalsFillingAStatementGoAtOnce(t *testing.T) {
+	const maxBatch = 4
+	db := pgtest.New(t)
+	s := open(t, db, pgtest.NewPool(t, db.URL, 2), nil, func(o *postgres.Options) { o.MaxBatch = maxBatch })
+	postgres.SetRenewGather(s, time.Hour)
+	runStore(t, s)
+	ctx := context.Background()
+	res := make([]limiter.Result, 1)
+	r := fixed("gathered", 10, time.Hour)
+	// Spends each key's lease until it asks for more: a renewal gathering.
+	spend := func(key string) {
+		t.Helper()
+		queued := s.BatchStats().Queued
+		for i := 0; s.BatchStats().Queued == queued; i++ {
+			if i == 10 {
+				t.Fatalf("key %s: no renewal after %d requests", key, i)
+			}
+			eventually(t, "no decision in flight", func() bool { return s.BatchStats().InFlight == 0 })
+			if ok, err := s.Decide(ctx, []limiter.Check{chk(r, key)}, res); err != nil || !ok {
+				t.Fatalf("key %s, request %d: %v, %v", key, i+1, ok, err)
+			}
+		}
+	}
+	for k := range maxBatch - 1 {
+		spend(fmt.Sprint("k", k))
+	}
+	if q := s.BatchStats().Queued; q != maxBatch-1 {
+		t.Fatalf("%d renewals gathering, want %d", q, maxBatch-1)
+	}
+	spend(fmt.Sprint("k", maxBatch-1))
+	eventually(t, "the renewals that fill a statement are answered", func() bool {
+		st := s.BatchStats()
+		return st.Queued == 0 && st.InFlight == 0
+	})
+	// Each key's next request is answered from what its renewal brought.
+	before := s.LeaseStats().Local
+	for k := range maxBatch {
+		if ok, err := s.Decide(ctx, []limiter.Check{chk(r, fmt.Sprint("k", k))}, res); err != nil || !ok {
+			t.Fatalf("key k%d after its renewal: %v, %v", k, ok, err)
+		}
+	}
+	if local := s.LeaseStats().Local - before; local != maxBatch {
+		t.Errorf("%d of %d requests after the renewals answered from a lease, want all", local, maxBatch)
+	}
+}
+
 // TestLeaseGivenBackWhenNeeded: a gateway that holds leased units it does
 // not use gives them back at once when another gateway needs them (the
 // recall), and the other gateway's decisions wait for them rather than

@@ -316,6 +316,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		breaker:    opts.Breaker,
 		forget:     opts.Forget,
 		recall:     newRecalls(),
+		renewals:   renewals{gather: renewGather},
 	}
 	if s.forget == nil {
 		s.forget = func(string, string, time.Time) {}
