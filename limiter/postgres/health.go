@@ -195,9 +195,14 @@ func (s *Store) warm(ctx context.Context) error {
 // are rolled back, and a rollback waits for nobody; a commit waits for
 // the synchronous standbys the server names. A server whose standbys do
 // not answer (none left after a failover, say) decides nothing durably,
-// and must not be called ready.
+// and must not be called ready. A late commit is waited for up to
+// coldTimeout, as probeConn waits for a late decision, so that a probe on
+// a loaded machine does not cost its connection (pgx closes a connection
+// whose statement is cancelled).
 func (s *Store) probeCommit(ctx context.Context, conn *pgxpool.Conn) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.DecisionTimeout)
+	timeout := s.opts.DecisionTimeout
+	wait := max(timeout, coldTimeout)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	data := conn.Conn().PgConn().CustomData()
 	delete(data, warnedKey)
@@ -209,14 +214,19 @@ func (s *Store) probeCommit(ctx context.Context, conn *pgxpool.Conn) error {
 		return err
 	}
 	defer b.release()
+	start := time.Now()
 	if err := b.query(ctx, conn, s.q.decide, nil, false); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("a probe commit took longer than the %v deadline (are the synchronous standbys answering?): %w", s.opts.DecisionTimeout, err)
+			return fmt.Errorf("a probe commit took longer than %v (its deadline is %v; are the synchronous standbys answering?): %w", wait, timeout, err)
 		}
 		return err
 	}
 	if _, warned := data[warnedKey]; warned {
 		return &faultError{kind: limiter.ErrorTimeout, err: errUncertain}
+	}
+	if took := time.Since(start); took > timeout {
+		return &faultError{kind: limiter.ErrorTimeout,
+			err: fmt.Errorf("a probe commit took %v, longer than the %v deadline (are the synchronous standbys answering?)", took.Round(time.Millisecond), timeout)}
 	}
 	return nil
 }

@@ -627,11 +627,13 @@ func TestProbeWarmsThePool(t *testing.T) {
 	}
 }
 
-// TestLateProbeKeepsItsConnections: a probe whose decisions answer after
-// the decision deadline fails, and leaves its connections in the pool:
-// the next probe, once the database answers in time again, passes on the
-// same warm connections instead of making new, cold ones (which, on a
-// loaded machine, were late in their turn and kept the store unready).
+// TestLateProbeKeepsItsConnections: a probe whose decisions, or whose
+// commit, answer after the decision deadline fails, and leaves its
+// connections in the pool: the next probe, once the database answers in
+// time again, passes on the same warm connections instead of making new,
+// cold ones (which, on a loaded machine, were late in their turn and kept
+// the store unready). A CI run under load saw a late commit in the loop
+// that probes until it passes cost a connection.
 func TestLateProbeKeepsItsConnections(t *testing.T) {
 	db := pgtest.New(t)
 	pool := pgtest.NewPool(t, db.URL, 4)
@@ -660,17 +662,39 @@ func TestLateProbeKeepsItsConnections(t *testing.T) {
 	// As open does, probe until it passes: on a loaded machine a probe
 	// decision can miss its deadline without the trigger (a CI run saw one
 	// take 81 ms), and a late one keeps its connection too.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		err := s.Probe(ctx)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("probe once writes are quick again: %v", err)
+	probeUntilPassed := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			err := s.Probe(ctx)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("probe once %s: %v", what, err)
+			}
 		}
 	}
+	probeUntilPassed("writes are quick again")
 	if now := pool.Stat().NewConnsCount(); now != made {
 		t.Errorf("the pool made %d new connections across the late probe: a late probe decision cost its connection", now-made)
+	}
+
+	// The same for a late commit: a trigger deferred to the commit, which
+	// the probe's decisions (rolled back) never reach, and its commit does.
+	if _, err := db.Pool.Exec(ctx, "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT OR UPDATE ON "+db.Table("counters")+
+		" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "+slow+"()"); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Probe(ctx)
+	if err == nil || !strings.Contains(err.Error(), "a probe commit took") || limiter.ErrorKind(err) != limiter.ErrorTimeout {
+		t.Fatalf("probe while every commit takes 100 ms: %v (kind %s), want a late commit, a timeout", err, limiter.ErrorKind(err))
+	}
+	if _, err := db.Pool.Exec(ctx, "DROP TRIGGER slow_commit ON "+db.Table("counters")); err != nil {
+		t.Fatal(err)
+	}
+	probeUntilPassed("commits are quick again")
+	if now := pool.Stat().NewConnsCount(); now != made {
+		t.Errorf("the pool made %d new connections across the late commit: a late probe commit cost its connection", now-made)
 	}
 }
 
