@@ -56,6 +56,9 @@ func SetRenewGather(s *Store, d time.Duration) {
 	s.renewals.mu.Unlock()
 }
 
+// Trip tells the breaker of s that its background work saw err.
+func Trip(s *Store, err error) { s.trip(err) }
+
 // LeaseWant is leaseWant: how many units a lease asks for.
 var LeaseWant = leaseWant
 

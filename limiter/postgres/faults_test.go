@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/limiter"
 	"github.com/sluicehq/sluice/limiter/postgres"
 )
@@ -135,5 +138,48 @@ func TestPoolAcquireBounded(t *testing.T) {
 	}
 	if took > deadline+time.Second {
 		t.Errorf("the decision waited %v for a connection, past its %v deadline", took, deadline)
+	}
+}
+
+// TestTripCountsTheStoresKind: a failure the store's background work
+// reports to the breaker is counted with the kind only the store can tell
+// from pgx's errors. A demoted primary's pool reconnecting to servers that
+// are all read-only was counted as other (TestFaultDemotedPrimary, which
+// wants read_only, failed so in CI).
+func TestTripCountsTheStoresKind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, refused := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=5")
+	onlyStandbys := fmt.Errorf("connect: %w", errors.Join(refused, pgconn.ErrReadOnlyConnection))
+	reg := prometheus.NewRegistry()
+	b, err := limiter.NewBreaker(limiter.BreakerConfig{Metrics: limiter.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgtest.New(t)
+	s := open(t, db, nil, nil, func(o *postgres.Options) { o.Breaker = b })
+	postgres.Trip(s, onlyStandbys)
+	if b.State() != limiter.BreakerOpen {
+		t.Fatalf("breaker %v after a trip, want open", b.State())
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "sluice_store_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && m.GetCounter().GetValue() > 0 {
+					counted[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if want := map[string]float64{limiter.ErrorReadOnly: 1}; !maps.Equal(counted, want) {
+		t.Errorf("store errors counted %v, want %v", counted, want)
 	}
 }

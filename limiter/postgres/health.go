@@ -330,10 +330,13 @@ func (s *Store) ready() bool {
 	return s.breaker == nil || s.breaker.Ready()
 }
 
-// trip tells the breaker that the background work saw err.
+// trip tells the breaker that the background work saw err, with its kind:
+// the breaker counts it in sluice_store_errors_total, and only the store
+// knows pgx's errors (a connection attempt that found only read-only
+// servers is read_only, not other).
 func (s *Store) trip(err error) {
-	if s.breaker != nil {
-		s.breaker.Trip(err)
+	if s.breaker != nil && err != nil {
+		s.breaker.Trip(kinded(err))
 	}
 }
 
