@@ -172,11 +172,11 @@ func (s *Store) progressing(st *inFlight) (why string, timedOut bool) {
 	asked := time.Now()
 	s.nQuestions.Add(1)
 	var (
-		ok      bool
-		waiting string
+		ok                 bool
+		waiting, strangers string
 	)
 	ask := func(q querier) error {
-		return q.QueryRow(ctx, s.q.progress, pgx.QueryExecModeSimpleProtocol, int32(pid)).Scan(&ok, &waiting)
+		return q.QueryRow(ctx, s.q.progress, pgx.QueryExecModeSimpleProtocol, int32(pid)).Scan(&ok, &waiting, &strangers)
 	}
 	err := ask(q)
 	if err != nil && q != querier(s.pool) && ctx.Err() == nil {
@@ -204,7 +204,13 @@ func (s *Store) progressing(st *inFlight) (why string, timedOut bool) {
 		waiting = "nothing (running)"
 	}
 	st.waiting.Store(&waiting)
-	if !ok {
+	switch {
+	case ok:
+	case strangers != "":
+		return "it waits for sessions that are not running sluice statements: " + strangers, false
+	case waiting == "IPC:SyncRep":
+		return "its commit waits for a synchronous standby", false
+	default: // a stranger that was gone by the time its state was read
 		return "it waits for a session that is not a running sluice statement, or for a synchronous standby", false
 	}
 	return "", false

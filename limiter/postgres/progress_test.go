@@ -106,7 +106,8 @@ func holdRow(t *testing.T, db *pgtest.DB, app, rule string, hold time.Duration) 
 func TestLateStatementBehindSluiceIsLoad(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout = 50 * time.Millisecond })
+	log, logs := observedLog(t, zapcore.WarnLevel)
+	s := open(t, db, nil, nil, unleased, func(o *postgres.Options) { o.DecisionTimeout, o.Logger = 50*time.Millisecond, log })
 	r := fixed("held", 10, time.Hour)
 	decide(t, s, chk(r, "k")) // the counter exists
 	app := appName(t, db)
@@ -143,6 +144,18 @@ func TestLateStatementBehindSluiceIsLoad(t *testing.T) {
 		t.Errorf("failed after %v; want soon after the 50ms deadline, long before the stranger's 3s end", took)
 	}
 	t.Logf("behind a stranger: failed after %v", took.Round(time.Millisecond))
+	// The log names the stranger, so that an operator can find it.
+	late := logs.FilterMessageSnippet("missed its deadline").All()
+	if len(late) != 1 {
+		t.Fatalf("%d log lines of a statement that missed its deadline, want 1", len(late))
+	}
+	why, _ := late[0].ContextMap()["why"].(string)
+	t.Logf("why: %s", why)
+	for _, want := range []string{"application_name 'someone-else'", "client backend", "active for", "'SELECT pg_sleep($2) FROM"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the log says why %q, which does not name the stranger: no %q", why, want)
+		}
+	}
 	<-held
 }
 

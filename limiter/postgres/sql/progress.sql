@@ -6,14 +6,25 @@
 -- statement, not idle in a transaction. A session whose state this role
 -- may not read counts as a stranger. The second column is what the
 -- process waits for now (its wait event, empty when none), for the log of
--- a statement that passes its bound while progressing.
-SELECT NOT EXISTS (
-        SELECT 1 FROM pg_stat_activity a
+-- a statement that passes its bound while progressing; the third names
+-- the strangers it waits for (at most three: process id, application_name,
+-- backend type, state and for how long, and the start of the query), for
+-- the log of a statement that fails behind them.
+WITH strangers AS (
+        SELECT a.pid, a.application_name, a.backend_type, a.state, a.state_change, a.query
+        FROM pg_stat_activity a
         WHERE a.pid = ANY (pg_blocking_pids($1::integer))
           AND (a.state IS DISTINCT FROM 'active'
                OR a.application_name IS DISTINCT FROM current_setting('application_name')))
+SELECT NOT EXISTS (SELECT 1 FROM strangers)
    AND NOT EXISTS (
         SELECT 1 FROM pg_stat_activity a
         WHERE a.pid = $1::integer AND a.wait_event = 'SyncRep'),
        coalesce((SELECT concat_ws(':', a.wait_event_type, a.wait_event)
-                 FROM pg_stat_activity a WHERE a.pid = $1::integer), '')
+                 FROM pg_stat_activity a WHERE a.pid = $1::integer), ''),
+       coalesce((SELECT string_agg(format('process %s (application_name %L, %s, %s for %s ms: %L)',
+                                          s.pid, s.application_name, s.backend_type,
+                                          coalesce(s.state, 'state not readable'),
+                                          coalesce(round(extract(epoch FROM clock_timestamp() - s.state_change) * 1000)::text, '?'),
+                                          left(s.query, 60)), '; ' ORDER BY s.pid)
+                 FROM (SELECT * FROM strangers ORDER BY pid LIMIT 3) s), '')
