@@ -50,13 +50,15 @@ import (
 // A statement found progressing is asked again after a wait that doubles
 // with each "yes", from the decision deadline up to progressFloor. The
 // question is not free: pg_blocking_pids takes every partition of the
-// server's lock manager. When 64 gateways queue their renewals on one hot
-// row, each of their late statements asked every 50 ms, and the questions
-// (43 of them at once, waiting on LWLock:LockManager) slowed the very
-// queue they were asking about until breakers opened on a healthy
-// database. A stranger that takes a lock after a statement was found
-// progressing is noticed at the next question, within a second and the
-// question's own budget.
+// server's lock manager, once per question (as first written, the query
+// ran it once per server process it scanned: some 400 times a question with
+// 64 gateways). When 64 gateways queue their renewals on one hot row,
+// each of their late statements asked every 50 ms, and the questions (43
+// of them at once, waiting on LWLock:LockManager) slowed the very queue
+// they were asking about until breakers opened on a healthy database. A
+// stranger that takes a lock after a statement was found progressing is
+// noticed at the next question, within a second and the question's own
+// budget.
 
 const (
 	progressFloor   = time.Second

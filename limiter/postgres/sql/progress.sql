@@ -10,10 +10,16 @@
 -- the strangers it waits for (at most three: process id, application_name,
 -- backend type, state and for how long, and the start of the query), for
 -- the log of a statement that fails behind them.
-WITH strangers AS (
+--
+-- pg_blocking_pids is volatile: in the WHERE clause of a scan of
+-- pg_stat_activity it would run once per server process, each time taking
+-- every partition of the lock manager. Materialized, it runs once.
+WITH blocking AS MATERIALIZED (
+        SELECT pg_blocking_pids($1::integer) AS pids),
+     strangers AS (
         SELECT a.pid, a.application_name, a.backend_type, a.state, a.state_change, a.query
-        FROM pg_stat_activity a
-        WHERE a.pid = ANY (pg_blocking_pids($1::integer))
+        FROM pg_stat_activity a, blocking b
+        WHERE a.pid = ANY (b.pids)
           AND (a.state IS DISTINCT FROM 'active'
                OR a.application_name IS DISTINCT FROM current_setting('application_name')))
 SELECT NOT EXISTS (SELECT 1 FROM strangers)
