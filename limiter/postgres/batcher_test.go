@@ -703,15 +703,19 @@ func TestDecideUsesPrimaryKey(t *testing.T) {
 }
 
 // TestConfigurePool: ConfigurePool keeps connections warm unless told
-// otherwise, and its connection set-up runs before the caller's own.
+// otherwise (the batcher's, one for the background work and, with leases,
+// one for lease returns), and its connection set-up runs before the
+// caller's own.
 func TestConfigurePool(t *testing.T) {
 	db := pgtest.New(t)
 	for _, tc := range []struct {
-		url  string
-		want int32
+		url     string
+		leasing postgres.Leasing
+		want    int32
 	}{
-		{db.URL, postgres.DefaultMaxInFlight + 1},
-		{db.URL + sepFor(db.URL) + "pool_min_conns=3", 3},
+		{db.URL, postgres.Leased, postgres.DefaultMaxInFlight + 2},
+		{db.URL, postgres.Unleased, postgres.DefaultMaxInFlight + 1},
+		{db.URL + sepFor(db.URL) + "pool_min_conns=1", postgres.Leased, 1},
 	} {
 		cfg, err := pgxpool.ParseConfig(tc.url)
 		if err != nil {
@@ -722,7 +726,7 @@ func TestConfigurePool(t *testing.T) {
 			after.Add(1)
 			return nil
 		}
-		if err := postgres.ConfigurePool(cfg, postgres.Options{Schema: db.Schema}); err != nil {
+		if err := postgres.ConfigurePool(cfg, postgres.Options{Schema: db.Schema, Leasing: tc.leasing}); err != nil {
 			t.Fatal(err)
 		}
 		if cfg.MinConns != tc.want {
@@ -734,7 +738,7 @@ func TestConfigurePool(t *testing.T) {
 		}
 		t.Cleanup(pool.Close)
 		s := open(t, db, pool, newClock(base).Now, unleased)
-		if ok, _ := decide(t, s, chk(fixed("r", 1, time.Minute), tc.url)); !ok {
+		if ok, _ := decide(t, s, chk(fixed("r", 1, time.Minute), fmt.Sprint(tc.url, tc.leasing))); !ok {
 			t.Error("denied")
 		}
 		if after.Load() == 0 {

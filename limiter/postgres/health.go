@@ -74,7 +74,7 @@ var probeKey = func() string {
 // Probe makes the store ready and proves it: it sets the schema up once
 // (see Options.Migrate; a schema that is not migrated far enough is an
 // error naming the command to run), then makes sure the pool holds its
-// warm connections (pgxpool's MinConns, and at least MaxInFlight+1) and
+// warm connections (pgxpool's MinConns, and at least warmConns) and
 // that each makes probeRounds decisions in a row within DecisionTimeout.
 // It fails while a statement from before is still in flight. Run calls it
 // while the Breaker is open; without a Breaker, call it before the first
@@ -144,7 +144,7 @@ func (s *Store) setup(ctx context.Context) error {
 // and has each make a first decision, then probeRounds probe decisions in
 // a row, each within DecisionTimeout.
 func (s *Store) warm(ctx context.Context) error {
-	n := max(int(s.pool.Config().MinConns), s.opts.MaxInFlight+1)
+	n := max(int(s.pool.Config().MinConns), warmConns(s.opts))
 	n = min(n, int(s.pool.Config().MaxConns))
 	actx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
@@ -340,13 +340,29 @@ func (s *Store) trip(err error) {
 	}
 }
 
+// warmConns is how many connections a store with opts keeps warm: the
+// batcher's MaxInFlight, one for the background work (the poll, cleanup,
+// the admin API) and, with leases, one for lease returns. A recall in a
+// burst makes every holder send its return while its batcher's statement
+// is in flight and the poll may run: with one connection fewer, that
+// return waited for a connection to be made, on a cold start beside two
+// CPU-bound loops one burst in about five (faults: TestFaultColdStartUnderLoad).
+func warmConns(opts Options) int {
+	n := opts.MaxInFlight + 1
+	if opts.Leasing == Leased {
+		n++
+	}
+	return n
+}
+
 // ConfigurePool adapts cfg to a Store with opts before the pool is made:
 //
 //   - MinConns, unless the connection string set pool_min_conns, becomes
-//     MaxInFlight+1 (within MaxConns): the batcher's connections and one
-//     for the background work and the admin API stay open and warm while
-//     the gateway is idle, and pgxpool replaces them in the background
-//     when they reach their lifetime, not on a decision's time.
+//     warmConns (within MaxConns): the batcher's connections, one for the
+//     background work and the admin API and, with leases, one for the
+//     returns a recall asks for stay open and warm while the gateway is
+//     idle, and pgxpool replaces them in the background when they reach
+//     their lifetime, not on a decision's time.
 //   - Every new connection is warmed before the pool hands it out: it
 //     first runs sql/warm_backend.sql, which stops the server process from
 //     handing freed memory back to the kernel after every transaction (see
@@ -378,7 +394,7 @@ func ConfigurePool(cfg *pgxpool.Config, opts Options) error {
 		return err
 	}
 	if cfg.MinConns == 0 {
-		cfg.MinConns = int32(min(opts.MaxInFlight+1, int(cfg.MaxConns)))
+		cfg.MinConns = int32(min(warmConns(opts), int(cfg.MaxConns)))
 	}
 	if cfg.ShouldPing == nil {
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
