@@ -81,6 +81,41 @@ func TestRatioIsMedianOfRounds(t *testing.T) {
 	}
 }
 
+// TestRoundOrder: every round measures every target once, the rounds
+// start with different targets, and over two rounds no target has the same
+// one before it twice.
+func TestRoundOrder(t *testing.T) {
+	for n := 1; n <= 7; n++ {
+		first := map[int]bool{}
+		prev := map[[2]int]int{} // {target, the one before it in its round} -> rounds
+		for round := range n {
+			order := roundOrder(round, n)
+			seen := map[int]bool{}
+			for i, c := range order {
+				if c < 0 || c >= n || seen[c] {
+					t.Fatalf("n=%d round %d: order %v is not a permutation", n, round, order)
+				}
+				seen[c] = true
+				if i > 0 && round < 2 {
+					prev[[2]int{c, order[i-1]}]++
+				}
+			}
+			if first[order[0]] {
+				t.Errorf("n=%d round %d: starts with %d again (%v)", n, round, order[0], order)
+			}
+			first[order[0]] = true
+		}
+		if n < 3 {
+			continue // one other target is the only one there can be before it
+		}
+		for pair, rounds := range prev {
+			if rounds > 1 {
+				t.Errorf("n=%d: %d is measured right after %d in both of the first two rounds", n, pair[0], pair[1])
+			}
+		}
+	}
+}
+
 func TestWithDatabase(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "postgres://postgres@127.0.0.1:5432/sluice_bench_x?sslmode=disable"},
