@@ -464,10 +464,11 @@ func (s *Store) flushRenewals() {
 		b.queue = append(b.queue, c)
 	}
 	starts := 0
-	for queued := len(b.queue); queued > 0 && b.inFlight < b.maxInFlight; queued -= b.maxBatch {
+	for queued := len(b.queue); !b.stopped && queued > 0 && b.inFlight < b.maxInFlight; queued -= b.maxBatch {
 		b.inFlight++
 		starts++
 	}
+	b.drains.Add(starts) // under mu: see startDrains
 	if b.gathering > 0 && len(b.queue) >= b.maxBatch {
 		for ; b.gathering > 0; b.gathering-- {
 			b.full <- struct{}{} // room for every drain: never blocks
@@ -475,9 +476,7 @@ func (s *Store) flushRenewals() {
 	}
 	b.mu.Unlock()
 	r.mu.Unlock()
-	for range starts {
-		b.drains.Go(s.drain)
-	}
+	s.startDrains(starts)
 	for _, c := range refused {
 		c.onDone(c)
 		c.recycle()
@@ -513,6 +512,7 @@ func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*
 	start := b.inFlight < b.maxInFlight
 	if start {
 		b.inFlight++
+		b.drains.Add(1) // under mu: see startDrains
 	}
 	if b.gathering > 0 && len(b.queue) >= b.maxBatch {
 		for ; b.gathering > 0; b.gathering-- {
@@ -521,9 +521,24 @@ func (s *Store) enqueueCall(checks []limiter.Check, io []leaseIO, prepare func(*
 	}
 	b.mu.Unlock()
 	if start {
-		b.drains.Go(s.drain)
+		s.startDrains(1)
 	}
 	return c, late, nil
+}
+
+// startDrains starts n drains, which the caller has added to b.drains
+// while holding b.mu and seeing stopped false. Added under the lock that
+// stopBatch sets stopped with, every drain is counted before Run waits
+// for them; added here, after the unlock, one could be counted while Run
+// waits with none, and run after Run returned (the race detector reports
+// it as a WaitGroup's Add racing its Wait).
+func (s *Store) startDrains(n int) {
+	for range n {
+		go func() {
+			defer s.batch.drains.Done()
+			s.drain()
+		}()
+	}
 }
 
 // drain decides queued calls, a batch per statement, until the queue is

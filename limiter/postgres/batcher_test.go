@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -779,5 +780,44 @@ sluice_db_queued_decisions 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRunOutlivesEveryDrain: a store's Run, ended while decisions keep
+// coming, returns only after every drain they started has ended; none is
+// counted after it returns. A drain counted with the batcher's lock let go
+// could start after Run had waited for none, race its Wait (which -race
+// reports) and decide after the leases were given back.
+func TestRunOutlivesEveryDrain(t *testing.T) {
+	db := pgtest.New(t)
+	r := fixed("r", 1_000_000, time.Hour)
+	for i := range 40 {
+		s := open(t, db, nil, newClock(base).Now, unleased)
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() { defer close(ran); s.Run(ctx) }()
+		var deciders sync.WaitGroup
+		for w := range 8 {
+			deciders.Go(func() {
+				res := make([]limiter.Result, 1)
+				for {
+					// Until Run ends: the store then refuses every decision.
+					_, err := s.Decide(context.Background(), []limiter.Check{chk(r, fmt.Sprint(w))}, res)
+					if err != nil && ctx.Err() != nil {
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		cancel()
+		<-ran
+		if st := s.BatchStats(); st.InFlight != 0 {
+			t.Errorf("run %d: Run returned with %d drains counted: %+v", i, st.InFlight, st)
+		}
+		deciders.Wait()
+		if st := s.BatchStats(); st.InFlight != 0 {
+			t.Errorf("run %d: a decision after Run returned started a drain: %+v", i, st)
+		}
 	}
 }
