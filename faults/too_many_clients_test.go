@@ -64,7 +64,8 @@ func TestFaultTooManyClients(t *testing.T) {
 	// Terminate the gateway's sessions and take their slots too. The
 	// gateway reconnects as soon as a slot is free (its background poll
 	// runs twice a second), and on a busy machine it can take a slot
-	// before fill does: then terminate it again.
+	// before fill does, or before the last of its terminated sessions has
+	// ended: then terminate it again.
 	sessions := func() int {
 		var n int
 		if err := fillers[0].QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sluice'").Scan(&n); err != nil {
@@ -73,10 +74,12 @@ func TestFaultTooManyClients(t *testing.T) {
 		return n
 	}
 	for attempt := 1; ; attempt++ {
-		if _, err := fillers[0].Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'sluice'"); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, "the gateway's sessions end", func() bool { return sessions() == 0 })
+		waitFor(t, 10*time.Second, "the gateway's sessions end", func() bool {
+			if _, err := fillers[0].Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'sluice'"); err != nil {
+				t.Fatal(err)
+			}
+			return sessions() == 0
+		})
 		fill()
 		if sessions() == 0 {
 			break
