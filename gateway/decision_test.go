@@ -185,7 +185,7 @@ func gathered(t *testing.T, g *Gateway, series string) float64 {
 
 // TestDecisionServiceDeadDatabase: with the database unreachable, each
 // listener answers each rule's fail mode within SLUICE_DB_TIMEOUT and a
-// margin: forward-auth 503 for fail=closed, gRPC UNAVAILABLE; open lets
+// margin: forward-auth 503 for fail=closed, gRPC UNKNOWN; open lets
 // through; local decides per instance.
 func TestDecisionServiceDeadDatabase(t *testing.T) {
 	env := map[string]string{
@@ -235,7 +235,7 @@ rlocal: * rls:e by descriptor(k=local) 1/1m fail=local`,
 		{"check open again", timed("check open", func() string { return ask("/open") }), "200"},
 		{"check local", timed("check local", func() string { return ask("/local") }), "200"},
 		{"check local again", timed("check local", func() string { return ask("/local") }), "429"},
-		{"rls closed", timed("rls closed", func() string { return call("closed") }), codes.Unavailable.String()},
+		{"rls closed", timed("rls closed", func() string { return call("closed") }), codes.Unknown.String()},
 		{"rls open", timed("rls open", func() string { return call("open") }), "OK"},
 		{"rls open again", timed("rls open", func() string { return call("open") }), "OK"},
 		{"rls local", timed("rls local", func() string { return call("local") }), "OK"},

@@ -190,9 +190,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Retry-After when denied) that sluice's proxy would send.
 //
 // When a fail=closed rule cannot be decided, the call fails with the gRPC
-// status UNAVAILABLE, so that Envoy applies its own failure mode
-// (failure_mode_deny); an answer with overall_code UNKNOWN would not do
-// it: Envoy asserts that it never gets one, and takes it for OK. A call
+// status UNKNOWN (the contract's word; Envoy treats every error status
+// alike), so that Envoy applies its own failure mode (failure_mode_deny);
+// an answer with overall_code UNKNOWN would not do it: Envoy asserts that
+// it never gets one, and takes it for OK. A call
 // without a domain or descriptors, or beyond the bounds of one call
 // (MaxDescriptors, MaxEntries, MaxValue), is INVALID_ARGUMENT, and one
 // with more than MaxMetadata of metadata RESOURCE_EXHAUSTED; such a call
@@ -218,7 +219,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	s.dec.Decide(ctx, x)
 	if x.Verdict == proxy.OutcomeUnavailable {
 		code = http.StatusServiceUnavailable
-		return nil, status.Error(codes.Unavailable, "the rate limiter cannot decide right now (a fail=closed rule): apply the proxy's failure mode")
+		return nil, status.Error(codes.Unknown, "the rate limiter cannot decide right now (a fail=closed rule): apply the proxy's failure mode")
 	}
 
 	res := &rlsv3.RateLimitResponse{

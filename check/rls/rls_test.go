@@ -243,15 +243,16 @@ func (failingStore) Decide(context.Context, []limiter.Check, []limiter.Result) (
 }
 
 // TestFailModes: when the store cannot decide, a fail=closed rule fails
-// the call with UNAVAILABLE, for Envoy to apply its own failure mode;
+// the call with the gRPC status UNKNOWN (the contract's word), for Envoy
+// to apply its own failure mode;
 // fail=open answers OK, fail=local decides per instance.
 func TestFailModes(t *testing.T) {
 	c := start(t, `closed: * rls:e by descriptor(k=closed) 5/1m fail=closed
 open: * rls:e by descriptor(k=open) 1/1m fail=open
 local: * rls:e by descriptor(k=local) 1/1m fail=local`, failingStore{})
 	_, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "e", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "closed")}})
-	if status.Code(err) != codes.Unavailable {
-		t.Errorf("closed: %v, want UNAVAILABLE", err)
+	if status.Code(err) != codes.Unknown {
+		t.Errorf("closed: %v, want the status UNKNOWN", err)
 	}
 	for range 3 {
 		if res := call(t, c, &rlsv3.RateLimitRequest{Domain: "e", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "open")}}); res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
