@@ -39,7 +39,13 @@ func newAdminFixture(t *testing.T, rules, token string) *adminFixture {
 // tokens with v (when not nil), and whose admin API knows v's issuer.
 func newAdminFixtureJWT(t *testing.T, rules, token string, v *jwt.Verifier) *adminFixture {
 	t.Helper()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	// The upstream tells a request's cost in X-Charge when the request
+	// asks it to with ?charge=N (for charge=header(X-Charge) rules).
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := r.URL.Query().Get("charge"); n != "" {
+			w.Header().Set("X-Charge", n)
+		}
+	}))
 	t.Cleanup(up.Close)
 	pol, err := policy.Parse(rules)
 	if err != nil {

@@ -216,17 +216,10 @@ func identityParam(k policy.IdentityKind) string {
 	return k.String()
 }
 
-// keyJSON is a counter as GET /v1/keys shows it.
-type keyJSON struct {
-	Rule       string `json:"rule"`
-	Limit      int64  `json:"limit"`
-	Window     string `json:"window"`
-	Count      int64  `json:"count"`
-	Remaining  int64  `json:"remaining"`
-	Reset      int64  `json:"reset"`       // Unix seconds
-	ResetAfter int64  `json:"reset_after"` // seconds
-	Key        string `json:"key"`         // the hashed key, never the identity
-}
+// keyJSON is a counter as GET /v1/keys shows it: its standing as the
+// usage endpoints show it (proxy.Usage: the count past the limit after an
+// overdraft, a calendar rule's window as "1mo"), with its hashed key.
+type keyJSON = proxy.Usage
 
 func (a *keysAPI) getKey(w http.ResponseWriter, r *http.Request) {
 	c, prob := a.target(r)
@@ -239,18 +232,9 @@ func (a *keysAPI) getKey(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusServiceUnavailable, Detail: "store: " + err.Error()})
 		return
 	}
-	// Remaining is the room for one more request of the rule's cost; the
-	// count is what has been used of the limit.
-	writeJSON(w, http.StatusOK, keyJSON{
-		Rule:       c.Rule.Name,
-		Key:        c.Key,
-		Limit:      res.Limit,
-		Window:     policy.FormatWindow(res.Window),
-		Count:      max(res.Limit-res.Remaining, 0),
-		Remaining:  res.Remaining,
-		Reset:      proxy.CeilUnix(res.Reset),
-		ResetAfter: proxy.CeilSeconds(res.ResetAfter),
-	})
+	k := proxy.UsageOf(c.Rule, res)
+	k.Key = c.Key
+	writeJSON(w, http.StatusOK, k)
 }
 
 // write serves a write on one key (guard has checked the token): change

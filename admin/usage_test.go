@@ -128,3 +128,37 @@ edge:   *    rls:edge    by descriptor(remote_address) 5/1m`, "s3cret", v)
 		t.Errorf("after the reads, query counts %d", got[0].Count)
 	}
 }
+
+// TestAdminKeysAsUsage: GET /v1/keys shows a key as GET /v1/usage shows
+// it: its count past the limit after an overdraft (remaining 0), and a
+// calendar rule's window as the calendar names it, not as its current
+// length.
+func TestAdminKeysAsUsage(t *testing.T) {
+	f := newAdminFixture(t, `
+tokens:  GET /api/chat  by tenant 100/1h charge=header(X-Charge)
+monthly: GET /api/*     by tenant 10/1mo tz=America/New_York anchor=31
+weekly:  GET /api/*     by tenant 10/1w`, "s3cret")
+	for _, charge := range []string{"25", "90"} {
+		if res, _ := proctest.Send(t, "GET", f.public.URL+"/api/chat?charge="+charge, "X-Tenant-ID", "acme"); res.StatusCode != 200 {
+			t.Fatalf("charge %s: %d", charge, res.StatusCode)
+		}
+	}
+	code, body := call(t, "GET", f.admin.URL+"/v1/usage?tenant=acme", "s3cret", "")
+	var u struct{ Usage []proxy.Usage }
+	if code != 200 || json.Unmarshal([]byte(body), &u) != nil || len(u.Usage) != 3 {
+		t.Fatalf("GET /v1/usage: %d %s", code, body)
+	}
+	if tok := u.Usage[0]; tok.Count != 115 || tok.Remaining != 0 || u.Usage[1].Window != "1mo" || u.Usage[2].Window != "1w" {
+		t.Fatalf("usage: %+v, want 115 of 100 used of tokens, windows 1mo and 1w", u.Usage)
+	}
+	for _, want := range u.Usage {
+		code, body := call(t, "GET", f.admin.URL+"/v1/keys?rule="+want.Rule+"&tenant=acme", "s3cret", "")
+		var got proxy.Usage
+		if code != 200 || json.Unmarshal([]byte(body), &got) != nil {
+			t.Fatalf("GET /v1/keys?rule=%s: %d %s", want.Rule, code, body)
+		}
+		if got != want {
+			t.Errorf("GET /v1/keys?rule=%s: %+v, want what /v1/usage shows, %+v", want.Rule, got, want)
+		}
+	}
+}
