@@ -64,16 +64,25 @@ func UsageOf(rule *policy.Rule, res limiter.Result) Usage {
 }
 
 // usageWindow names the window of res: a calendar rule's unit ("1mo")
-// while the key is counted by its calendar (an override with a window of
-// its own is not), else the window's length.
+// while the key is counted by its calendar, else the window's length.
 func usageWindow(rule *policy.Rule, res limiter.Result) string {
+	if unit, ok := CalendarOf(rule, res); ok {
+		return unit.String()
+	}
+	return policy.FormatWindow(res.Window)
+}
+
+// CalendarOf reports the calendar unit that res (a decision or a Peek of
+// a key under rule) was counted by: false for a rule without a calendar,
+// and for a key whose override gives it a window of its own.
+func CalendarOf(rule *policy.Rule, res limiter.Result) (policy.CalendarUnit, bool) {
 	if cal := rule.Calendar; cal != nil && !res.Reset.IsZero() {
 		start, end := cal.Period(res.Reset.Add(-time.Nanosecond))
 		if end.Equal(res.Reset) && end.Sub(start) == res.Window {
-			return cal.Unit.String()
+			return cal.Unit, true
 		}
 	}
-	return policy.FormatWindow(res.Window)
+	return 0, false
 }
 
 // usageJSON is the body of the usage endpoint and of GET /v1/usage.

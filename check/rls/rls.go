@@ -336,7 +336,7 @@ func descriptorStatus(x *proxy.Decision, idx []int) *rlsv3.RateLimitResponse_Des
 		return st
 	}
 	r := &sub.Results[p]
-	st.CurrentLimit = currentLimit(checks[p].Rule.Name, r.Limit, r.Window)
+	st.CurrentLimit = currentLimit(checks[p].Rule, r)
 	// A denied descriptor has no room for a call of its cost, whatever
 	// is left of its limit for a smaller one: 0, as its headers say r=0.
 	if st.Code == rlsv3.RateLimitResponse_OK {
@@ -358,12 +358,26 @@ var units = []struct {
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
 }
 
-// currentLimit describes a limit of limit per window in Envoy's terms:
-// requests per unit, the longest unit the window is a whole number of,
-// with that number as the unit multiplier when it is not 1 (15m is 15
-// MINUTE). The rule's name is the limit's name.
-func currentLimit(name string, limit int64, window time.Duration) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(min(max(limit, 0), math.MaxUint32))}
+// calendarUnits are Envoy's units of a calendar rule's windows.
+var calendarUnits = map[policy.CalendarUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	policy.Day:   rlsv3.RateLimitResponse_RateLimit_DAY,
+	policy.Week:  rlsv3.RateLimitResponse_RateLimit_WEEK,
+	policy.Month: rlsv3.RateLimitResponse_RateLimit_MONTH,
+}
+
+// currentLimit describes the limit res was decided under (by rule, whose
+// name is the limit's name) in Envoy's terms: requests per unit. A key
+// counted by a calendar has its unit (DAY, WEEK, MONTH: a month is not a
+// number of hours); any other window, the longest unit it is a whole
+// number of, with that number as the unit multiplier when it is not 1
+// (15m is 15 MINUTE).
+func currentLimit(rule *policy.Rule, res *limiter.Result) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: rule.Name, RequestsPerUnit: uint32(min(max(res.Limit, 0), math.MaxUint32))}
+	if cal, ok := proxy.CalendarOf(rule, *res); ok {
+		rl.Unit = calendarUnits[cal]
+		return rl
+	}
+	window := res.Window
 	for _, u := range units {
 		if window >= u.d && window%u.d == 0 {
 			rl.Unit = u.unit

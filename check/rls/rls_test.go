@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/limiter"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/proxytest"
 )
 
@@ -228,9 +229,35 @@ func TestWindows(t *testing.T) {
 		{2 * time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, 2},
 		{48 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, 2},
 	} {
-		got := currentLimit("r", 5, tc.window)
+		got := currentLimit(&policy.Rule{Name: "r"}, &limiter.Result{Limit: 5, Window: tc.window})
 		if got.GetUnit() != tc.unit || got.GetUnitMultiplier().GetValue() != tc.mult || (tc.mult == 0) != (got.GetUnitMultiplier() == nil) {
 			t.Errorf("%v: %v", tc.window, got)
+		}
+	}
+}
+
+// TestCalendarWindows: a calendar rule's current_limit is in its own
+// unit, DAY, WEEK or MONTH, without a multiplier, whatever the current
+// period's length in hours (a month in New York across a change of
+// daylight saving time is 721 of them).
+func TestCalendarWindows(t *testing.T) {
+	c := start(t, `monthly: * rls:cal by descriptor(m) 5/1mo tz=America/New_York anchor=31
+weekly: * rls:cal by descriptor(w) 5/1w
+daily: * rls:cal by descriptor(d) 5/1d tz=Asia/Kolkata
+hours: * rls:cal by descriptor(h) 5/24h`, nil)
+	for _, tc := range []struct {
+		key  string
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{"m", rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{"w", rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{"d", rlsv3.RateLimitResponse_RateLimit_DAY},
+		{"h", rlsv3.RateLimitResponse_RateLimit_DAY}, // 24h is one day's length, not a calendar's
+	} {
+		res := call(t, c, &rlsv3.RateLimitRequest{Domain: "cal", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(tc.key, "v")}})
+		got := res.GetStatuses()[0].GetCurrentLimit()
+		if got.GetUnit() != tc.unit || got.GetUnitMultiplier() != nil || got.GetRequestsPerUnit() != 5 {
+			t.Errorf("descriptor %s: current_limit %v, want 5 per %v", tc.key, got, tc.unit)
 		}
 	}
 }
