@@ -161,6 +161,8 @@ func TestCalendarErrors(t *testing.T) {
 		"10/3w":                               `rule "q": limit: expected a calendar week as 1w`,
 		"10/1h tz=Europe/Berlin":              `rule "q": tz: expected only with a calendar window (1d, 1w or 1mo), got "tz=Europe/Berlin" on 1h`,
 		"10/2d tz=Europe/Berlin":              `tz: expected only with a calendar window`,
+		"10/24h tz=Europe/Berlin":             `got "tz=Europe/Berlin" on 24h (a calendar day is written 1d)`,
+		"10/1440m anchor=3":                   `got "anchor=3" on 1440m`,
 		"10/1d anchor=5":                      `rule "q": anchor: expected only with a monthly window (1mo), got "anchor=5" on 1d`,
 		"10/1w anchor=5":                      `anchor: expected only with a monthly window (1mo), got "anchor=5" on 1w`,
 		"10/1h anchor=5":                      `anchor: expected only with a monthly window (1mo)`,

@@ -28,6 +28,8 @@ var parseSeeds = []string{
 	"j: * /v1/* by jwt(app_metadata.tenant_id) 100/1d sliding(1h) plans(app_metadata.plan)=pro:10000/1d,team:5/7s,x:1/1s cost=2",
 	"k: * /v1/* by jwt 10/1m token burst=20 plans(https://example.com/plan)=pro:100/1m,slow:1/1000d",
 	"l: * /v1/* by jwt(a..b) 1/1s plans(t)=p:0/1s,:1/1s,p:1/1s,p:1/1s, plans=x",
+	"m: * /v1/* by jwt(org_id) 5000000/1mo tz=Europe/Berlin anchor=31 charge=json(usage.total_tokens+a.b)",
+	"w: GET /a by tenant 10/1w charge=header(x-credits-used) plans(t)=pro:100/1w\nd: * /b by ip 5/1d tz=UTC; e: * /c by ip 5/1d tz=Asia/Kolkata; f: * /d by ip 5/1mo anchor=1; g: * /e by ip 5/1mo tz=UTC anchor=15",
 }
 
 func FuzzParse(f *testing.F) {

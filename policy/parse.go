@@ -108,6 +108,7 @@ type ruleParser struct {
 	name   string       // the rule's name once read and valid
 	onRLS  bool         // the path is rls:DOMAIN
 	unit   CalendarUnit // the limit's window is 1d, 1w or 1mo
+	window string       // the limit's window as written ("24h", "1d")
 	failed bool
 }
 
@@ -403,6 +404,7 @@ func (rp *ruleParser) limit(r *Rule, s string) (countOK, windowOK bool) {
 	w, wErr := parseWindow(window)
 	unit, calendar := calendarUnit(window)
 	rp.unit = unit // 1d is a calendar window too when tz= says so
+	rp.window = window
 	if calendar {
 		w, wErr = unit.nominal(), nil
 	} else if num, ok := strings.CutSuffix(window, "mo"); ok && parseWindowNumber(num) {
@@ -738,6 +740,15 @@ func maxBurst(limit int64, window time.Duration) int64 {
 	return min(MaxCount, int64(MaxWindow/time.Microsecond)/interval)
 }
 
+// dayHint is what a tz= on window (not a calendar window) adds to its
+// problem when window is a day's length written otherwise than 1d.
+func dayHint(window time.Duration) string {
+	if window == 24*time.Hour {
+		return " (a calendar day is written 1d)"
+	}
+	return ""
+}
+
 // calendarUnit reports whether window is a calendar window: 1w or 1mo
 // always, 1d when tz= makes it one (the options decide).
 func calendarUnit(window string) (CalendarUnit, bool) {
@@ -777,10 +788,10 @@ func (rp *ruleParser) zone(o, val string) *time.Location {
 func (rp *ruleParser) calendar(r *Rule, tz, anchor string, zone *time.Location, anchorDay int, algoOK bool) {
 	switch {
 	case rp.unit == 0 && tz != "":
-		rp.problem("tz: expected only with a calendar window (1d, 1w or 1mo), got %q on %s", tz, FormatWindow(r.Window))
+		rp.problem("tz: expected only with a calendar window (1d, 1w or 1mo), got %q on %s%s", tz, rp.window, dayHint(r.Window))
 		return
 	case rp.unit == 0 && anchor != "":
-		rp.problem("anchor: expected only with a monthly window (1mo), got %q on %s", anchor, FormatWindow(r.Window))
+		rp.problem("anchor: expected only with a monthly window (1mo), got %q on %s", anchor, rp.window)
 		return
 	case rp.unit == 0 || (rp.unit == Day && tz == "" && anchor == ""):
 		return // an ordinary window; 1d in UTC is the epoch-aligned day

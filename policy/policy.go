@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Policy is a parsed set of rules. It is immutable and safe for
@@ -254,6 +255,19 @@ func (r *Rule) options() []string {
 	}
 	if len(r.Plans) > 0 {
 		opts = append(opts, r.PlansString())
+	}
+	if cal := r.Calendar; cal != nil {
+		// 1d is a calendar day only with tz= (tz=UTC included); 1w and 1mo
+		// always are, in UTC unless tz= says otherwise.
+		if cal.Zone != time.UTC || cal.Unit == Day {
+			opts = append(opts, "tz="+cal.Zone.String())
+		}
+		if cal.Unit == Month && cal.Anchor != 1 {
+			opts = append(opts, "anchor="+strconv.Itoa(cal.Anchor))
+		}
+	}
+	if r.Charge != nil {
+		opts = append(opts, "charge="+r.Charge.String())
 	}
 	return opts
 }
