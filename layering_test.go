@@ -29,7 +29,7 @@ var layers = map[string][]string{
 	"limiter/storetest": {"limiter", "policy"},
 	// HTTP: identities from requests, then the proxy and the admin
 	// listener, which see the limiter and never a particular store.
-	"proxy/identity": {"hashing", "internal/jsontext"},
+	"proxy/identity": {"hashing", "internal/jsontext", "internal/textfold"},
 	"proxy/respscan": {},
 	"proxy":          {"hashing", "jwt", "limiter", "policy", "proxy/identity", "proxy/respscan"},
 	"admin":          {"hashing", "internal/jsontext", "limiter", "policy", "proxy"},

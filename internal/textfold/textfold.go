@@ -29,10 +29,18 @@ func LowerUpper(s string) string {
 		case unicode.Is(unicode.M, r):
 			b.WriteRune(unicode.ToLower(r))
 		default:
-			r = unicode.ToLower(unicode.ToUpper(r))
+			r = Rune(r)
 			softDotted = unicode.Is(unicode.Soft_Dotted, r)
 			b.WriteRune(r)
 		}
 	}
 	return b.String()
+}
+
+// Rune is the lower case of r's upper case, as LowerUpper lowers a base
+// character: ı and I are i, ſ is s, the Kelvin sign is k, and İ is i
+// (LowerUpper drops the dot above that NFD gives it; a single rune has
+// none to drop).
+func Rune(r rune) rune {
+	return unicode.ToLower(unicode.ToUpper(r))
 }

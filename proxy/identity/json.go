@@ -10,9 +10,7 @@ import (
 
 // jsonField reads field from the top level of the JSON object body.
 // present reports whether a key matching the field appears (see
-// matchName); value is its string value, not canonicalised, and "" for a
-// null, which the caller treats as absent (as encoding/json does when it
-// decodes null into a string).
+// matchName); value is its string value, not canonicalised.
 //
 // json.Valid first checks the whole body with encoding/json's own scanner
 // (the grammar, nesting depth, and that nothing but white space follows the
@@ -26,8 +24,10 @@ import (
 //
 // *Errors: a malformed body, one that is not an object, the field given
 // twice (whatever the values), in array syntax, or with a value that is
-// not a string or null: a number, bool, array or object, since sluice must
-// not guess which element or member the upstream would take. A body that is
+// not a string: a number, bool, array or object, since sluice must not
+// guess which element or member the upstream would take, and null, which
+// upstreams read as missing, as empty or as the string "null" (SPEC 4:
+// a non-string value is ambiguous). A body that is
 // not valid UTF-8, and a value with an unpaired surrogate escape
 // ("\ud800"), are refused as well: Go and JavaScript decoders replace or
 // keep what Python and PHP refuse, so upstreams read different values.
@@ -72,9 +72,6 @@ func jsonField(body []byte, field string) (value string, present bool, err error
 			if value, ok = jsonString(raw); !ok {
 				return "", false, errorf("the JSON body is malformed")
 			}
-		case c == 'n':
-			present = true
-			w.skip()
 		default:
 			return "", false, errorf("field ", quote(field), " in the JSON body is not a string")
 		}

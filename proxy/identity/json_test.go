@@ -63,8 +63,7 @@ func refJSONField(body []byte, field string) (string, bool, error) {
 		switch v := tok.(type) {
 		case string:
 			value = v
-		case nil:
-		default:
+		default: // null included
 			return "", false, fail
 		}
 	}

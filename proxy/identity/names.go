@@ -4,6 +4,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/textfold"
 )
 
 // nameMatch is how a field name in a request relates to a configured field.
@@ -24,7 +26,11 @@ const (
 //     since merging more spellings only makes sluice stricter.
 //   - Letters match case-insensitively with Unicode simple folding
 //     (strings.EqualFold), as encoding/json and many frameworks match keys:
-//     "Email", "EMAIL" and "\u212Aontakt" (Kelvin sign) match.
+//     "Email", "EMAIL" and "\u212Aontakt" (Kelvin sign) match; and, as
+//     Java's equalsIgnoreCase compares, a letter matches the lower case
+//     of its upper case, so the dotless ı and the dotted İ are i
+//     ("EMA\u0130L" and "ema\u0131l" are "email"), as path matching and
+//     e-mail canonicalisation read them (internal/textfold).
 //   - ' ', '.' and '[' match '_', because PHP rewrites them so in the names
 //     of query, form and multipart fields: ".method" and "[method" are
 //     "_method" to Laravel and Symfony.
@@ -63,7 +69,7 @@ func nameEqual(a, b string) bool {
 			r, size := utf8.DecodeRuneInString(b)
 			rb, b = r, b[size:]
 		}
-		ra, rb = phpFold(ra), phpFold(rb)
+		ra, rb = nameFold(ra), nameFold(rb)
 		if ra == rb {
 			continue
 		}
@@ -89,11 +95,15 @@ func nameEqual(a, b string) bool {
 	return a == b
 }
 
-// phpFold maps the characters PHP turns into '_' in field names to '_'.
-func phpFold(r rune) rune {
-	switch r {
-	case ' ', '.', '[':
+// nameFold maps the characters PHP turns into '_' in field names to '_',
+// and any other non-ASCII letter to the lower case of its upper case
+// (textfold.Rune).
+func nameFold(r rune) rune {
+	switch {
+	case r == ' ' || r == '.' || r == '[':
 		return '_'
+	case r >= utf8.RuneSelf:
+		return textfold.Rune(r)
 	}
 	return r
 }

@@ -104,9 +104,10 @@ func mediaFormat(ct string) bodyFormat {
 // The error is an *Error when the identifier is ambiguous: a body that does
 // not parse (in a type sluice reads), the field given twice in the body or
 // twice in the query string, given in array syntax, given as a non-string
-// JSON value, a value refused by hashing.CanonicalEmail (control or format
-// characters, invalid UTF-8), the body and the query string both carrying
-// it with values that differ once canonical, or the query string carrying
+// JSON value (null included), a value refused by hashing.CanonicalEmail
+// (control or format characters, invalid UTF-8), the body and the query
+// string both carrying it with values that differ once canonical (a blank
+// one beside another included), or the query string carrying
 // it while the body is in a type sluice does not read (text/plain,
 // text/json, ...), where the upstream might read the field from the body.
 // A query string that does not parse (a bad escape, ';' as a separator) is
@@ -198,7 +199,9 @@ func (r *Request) field(field string, canon func(string) (string, error)) (strin
 		}
 	}
 	switch {
-	case bc != "" && qc != "" && bc != qc:
+	case bpresent && qpresent && bc != qc:
+		// A blank value beside another is a difference too: an upstream
+		// that takes the body's over the query's reads the blank one.
 		return "", false, errorf("field ", quote(field), " has different values in the body and the query string")
 	case bc != "":
 		return bc, true, nil

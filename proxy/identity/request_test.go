@@ -100,7 +100,7 @@ func TestEmail(t *testing.T) {
 		{name: "json only nested email", ct: jsonCT, body: `{"user":{"email":"n@example.com"},"list":["email"]}`},
 		{name: "json missing", ct: jsonCT, body: `{"password":"x"}`},
 		{name: "json empty object", ct: jsonCT, body: `{}`},
-		{name: "json null is absent", ct: jsonCT, body: `{"email":null}`},
+		{name: "json null", ct: jsonCT, body: `{"email":null}`, err: true},
 		{name: "json blank string is absent", ct: jsonCT, body: `{"email":"  \u00a0"}`},
 		{name: "json white space around object", ct: jsonCT, body: "\n {\"email\":\"a@example.com\"} \n", want: "a@example.com"},
 		{name: "json duplicate", ct: jsonCT, body: `{"email":"a@example.com","email":"b@example.com"}`, err: true},
@@ -232,7 +232,16 @@ func TestEmail(t *testing.T) {
 		{name: "body and query agree fullwidth", ct: formCT, body: "email=a%40example.com", query: "email=%EF%BD%81%EF%BC%A0example.com", want: "a@example.com"},
 		{name: "body and query conflict", ct: jsonCT, body: `{"email":"a@example.com"}`, query: "email=b%40example.com", err: true},
 		{name: "form and query conflict", ct: formCT, body: "email=a%40example.com", query: "email=b%40example.com", err: true},
-		{name: "body empty, query used", ct: jsonCT, body: `{"email":""}`, query: "email=q%40example.com", want: "q@example.com"},
+		{name: "body empty beside the query", ct: jsonCT, body: `{"email":""}`, query: "email=q%40example.com", err: true},
+		{name: "form empty beside the query", ct: formCT, body: "email=", query: "email=q%40example.com", err: true},
+		{name: "query empty beside the body", ct: jsonCT, body: `{"email":"q@example.com"}`, query: "email=", err: true},
+		{name: "json null beside the query", ct: jsonCT, body: `{"email":null}`, query: "email=q%40example.com", err: true},
+		{name: "both blank", ct: formCT, body: "email=+", query: "email=", want: ""},
+		{name: "json dotted capital I duplicate", ct: jsonCT, body: `{"email":"a@example.com","EMA\u0130L":"b@example.com"}`, err: true},
+		{name: "json dotless i duplicate", ct: jsonCT, field: "kiss", body: `{"kiss":"a@example.com","k\u0131ss":"b@example.com"}`, err: true},
+		{name: "json dotted capital I alone", ct: jsonCT, body: `{"EMA\u0130L":"a@example.com"}`, want: "a@example.com"},
+		{name: "form dotted capital I duplicate", ct: formCT, body: "EMA%C4%B0L=b%40example.com&email=a%40example.com", err: true},
+		{name: "query dotless i duplicate", query: "ema%C4%B1l=b%40example.com&email=a%40example.com", err: true},
 		{name: "body error wins over query", ct: jsonCT, body: `{"email":1}`, query: "email=q%40example.com", err: true},
 
 		// Custom field.
@@ -339,6 +348,9 @@ func TestMatchName(t *testing.T) {
 		{"\xff", "\xfe", nameSame}, // both U+FFFD, as strings.EqualFold reads them
 		{"", "email", nameOther},
 		{"é", "É", nameSame},
+		{"EMA\u0130L", "email", nameSame},
+		{"ema\u0131l", "EMAIL", nameSame},
+		{"email", "ema\u0131l", nameSame},
 		{"é", "e", nameOther},
 	}
 	for _, tt := range tests {
