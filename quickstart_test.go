@@ -76,7 +76,7 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`schema sluice: \d+ migrations applied`),
 		// The Postgres gateway: five 200s, then 429 with Retry-After.
 		regexp.MustCompile(`(HTTP/1.1 200 OK\r?\n){5}HTTP/1.1 429 Too Many Requests\r?\nRetry-After: \d+`),
-		regexp.MustCompile(`\{"rule":"hello","limit":5,"window":"1m","count":5,"remaining":0,`),
+		regexp.MustCompile(`\{"rule":"hello","limit":5,"window":"1m","window_seconds":60,"count":5,"remaining":0,`),
 	} {
 		if !want.MatchString(transcript) {
 			t.Errorf("the transcript does not match %s:\n%s", want, transcript)
