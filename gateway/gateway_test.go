@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -284,15 +285,24 @@ func TestMigrateCommand(t *testing.T) {
 	}
 }
 
+// twoInstances starts two gateways on one new database with rules, an
+// upstream and the admin token "tok", clear of the next hour's start by
+// 20 s (their limits are hourly).
+func twoInstances(t *testing.T, rules string) (a, b *running) {
+	t.Helper()
+	db := pgtest.New(t)
+	up := proctest.NewUpstream(t, nil)
+	env := databaseEnv(db, up.URL, rules)
+	env["SLUICE_ADMIN_TOKEN"] = "tok"
+	a, b = start(t, env), start(t, env)
+	pgtest.ClearOf(t, time.Hour, 20*time.Second)
+	return a, b
+}
+
 // TestAdminResetReachesEveryInstance: a key reset through one instance's
 // admin API clears the over-limit fast path of every instance.
 func TestAdminResetReachesEveryInstance(t *testing.T) {
-	db := pgtest.New(t)
-	up := proctest.NewUpstream(t, nil)
-	env := databaseEnv(db, up.URL, "login: POST /api/login by ip 1/1h")
-	env["SLUICE_ADMIN_TOKEN"] = "tok"
-	a, b := start(t, env), start(t, env)
-	pgtest.ClearOf(t, time.Hour, 20*time.Second)
+	a, b := twoInstances(t, "login: POST /api/login by ip 1/1h")
 	post := func(g *running) int {
 		res, err := http.Post(g.url+"/api/login", "text/plain", nil)
 		if err != nil {
@@ -323,5 +333,59 @@ func TestAdminResetReachesEveryInstance(t *testing.T) {
 	}
 	if post(a) != 429 {
 		t.Fatal("the reset key's room was used once; a must deny now")
+	}
+}
+
+// TestAdminResetOfLeasedKey: a key whose units a gateway holds on a lease
+// (a limit of 20 leases) starts from a full limit after a reset through
+// another instance's admin API: the count reads 0, and a client then gets
+// exactly 20 again through either instance.
+func TestAdminResetOfLeasedKey(t *testing.T) {
+	a, b := twoInstances(t, "big: GET /big by ip 20/1h")
+	send := func(gws ...*running) []int {
+		t.Helper()
+		var got []int
+		for i := range 22 {
+			res, err := http.Get(gws[i%len(gws)].url + "/big")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			got = append(got, res.StatusCode)
+		}
+		return got
+	}
+	want := slices.Concat(slices.Repeat([]int{200}, 20), []int{429, 429})
+	if got := send(b); !slices.Equal(got, want) {
+		t.Fatalf("before the reset, through b: %v, want 20 allowed and then 429", got)
+	}
+	call := func(method string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, a.admin+"/v1/keys?rule=big&ip=127.0.0.1", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	if code, body := call("DELETE"); code != 204 {
+		t.Fatalf("reset through a: %d %s", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := call("GET")
+		if code == 200 && strings.Contains(body, `"count":0,`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the reset, the key reads %d %s, want a count of 0", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := send(a, b); !slices.Equal(got, want) {
+		t.Fatalf("after the reset, through a and b in turn: %v, want 20 allowed and then 429", got)
 	}
 }

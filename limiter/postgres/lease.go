@@ -209,6 +209,8 @@ type lease struct {
 	left    int64 // units granted and not yet spent
 	grant   int64 // the last grant, for renewAt
 	firstUS int64 // database time of the first grant under mark (µs)
+	lastUS  int64 // database time of the last grant under mark (µs)
+	prevUS  int64 // database time of the grant before it (µs), 0 if none
 	until   time.Time
 	offset  time.Duration // database clock minus local clock, as of the last grant
 	resetUS int64         // the Reset a decision answered from the lease reports
@@ -386,14 +388,51 @@ func (t *leaseTable) takeReturns() []leaseReturn {
 // invalidate gives up the lease of (rule, key) if any unit of it was
 // granted at or before at (database clock): a reset, an override change or
 // another gateway's need at at makes it stale. It reports whether it did.
-func (t *leaseTable) invalidate(rule, key string, at time.Time) bool {
+//
+// With forgive (an admin reset at at), the units it spent are given back
+// too, as far as they were granted before the reset: the reset left every
+// unit out on a lease counted (reset_counter), the spent ones included,
+// and what was spent before a reset is what the reset forgets. Units of a
+// grant after at are not forgiven (spent after the reset, they count);
+// only the last two grants are dated, so when both came after the reset
+// nothing spent is forgiven. What this gateway spent of the units
+// granted before the reset between the reset and hearing of it (the
+// milliseconds a notification takes, a poll's interval without it) is
+// forgiven with the rest: at most what it held at the reset.
+func (t *leaseTable) invalidate(rule, key string, at time.Time, forgive bool) bool {
 	k := slotKey{rule, key}
 	sh := &t.shards[shardOf(k)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l, ok := sh.m[k]
-	if !ok || l.granted == 0 || l.firstUS > at.UnixMicro() {
+	if !ok {
 		return false
+	}
+	if forgive {
+		// The database's answer that there was no room for a lease
+		// (dryUntil) is stale: the reset made room.
+		l.dryUntil = time.Time{}
+	}
+	atUS := at.UnixMicro()
+	if l.granted == 0 || l.firstUS > atUS {
+		return false
+	}
+	if forgive {
+		before := l.granted // granted at or before the reset
+		switch {
+		case l.lastUS <= atUS: // every grant was
+		case l.prevUS <= atUS: // all but the last
+			before -= l.grant
+		default: // which units of several grants after it were: unknown
+			before = 0
+		}
+		// The units it did not spend are given back in any case. Of those
+		// it spent, the ones granted before the reset are forgiven: units
+		// are spent in the order they were granted, so that is all it
+		// spent, up to what was granted before.
+		spent := l.granted - l.left
+		t.held.Add(min(before, spent))
+		l.left += min(before, spent)
 	}
 	t.settle(k, l)
 	return true

@@ -424,8 +424,9 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 		}
 	}
 	if l.granted == 0 {
-		l.firstUS = nowUS
+		l.firstUS, l.lastUS = nowUS, 0
 	}
+	l.prevUS, l.lastUS = l.lastUS, nowUS
 	l.mark = mark
 	l.granted += got
 	l.left += got

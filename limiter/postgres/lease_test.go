@@ -469,8 +469,8 @@ func TestLeaseShutdownGivesBack(t *testing.T) {
 }
 
 // TestLeaseResetAndOverride: an admin reset and an override change make
-// every gateway give up its leases of the key; the reset keeps the units
-// still out counted until they come back, and an override's new limit
+// every gateway give up its leases of the key; after a reset, what was
+// spent from them before it counts no more, and an override's new limit
 // holds at once for the gateway that leased under the old one.
 func TestLeaseResetAndOverride(t *testing.T) {
 	db := pgtest.New(t)
@@ -485,24 +485,18 @@ func TestLeaseResetAndOverride(t *testing.T) {
 			t.Fatalf("%v, %v", ok, err)
 		}
 	}
-	held := a.LeaseStats().UnitsHeld
-	if held == 0 {
+	if a.LeaseStats().UnitsHeld == 0 {
 		t.Fatal("no lease")
 	}
 	if err := b.Reset(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	// Until the holder hears of it, what it holds is still counted.
-	got, err := b.Peek(context.Background(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Remaining > 1000-held {
-		t.Errorf("right after the reset %d left, want at most %d: the units out on the lease stay counted", got.Remaining, 1000-held)
-	}
-	eventually(t, "the holder gives its lease up after the reset", func() bool {
+	// The holder hears of it (a notification), gives its lease up and gives
+	// back what it spent before the reset with what it did not: the count
+	// is 0 again, not the 5 spent before the reset.
+	eventually(t, "the holder gives its lease up after the reset, spent units included", func() bool {
 		got, err := b.Peek(context.Background(), c)
-		return err == nil && got.Remaining >= 1000-5 && a.LeaseStats().UnitsHeld == 0
+		return err == nil && got.Remaining == 1000 && a.LeaseStats().UnitsHeld == 0
 	})
 
 	// An override: the holder leases again, then the limit drops to 10.
@@ -524,7 +518,7 @@ func TestLeaseResetAndOverride(t *testing.T) {
 			allowed++
 		}
 	}
-	got, err = a.Peek(context.Background(), c)
+	got, err := a.Peek(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,5 +646,61 @@ func TestLeasePeekWhileRenewing(t *testing.T) {
 		// request was allowed have nothing to match; one at a crossing
 		// into the next window may read it first.)
 		t.Errorf("%d of %d peeks, after requests were allowed, read a window none was counted in", unmatched, peeks)
+	}
+}
+
+// TestLeaseResetForgetsWhatWasSpent: an admin reset of a key that
+// gateways hold leases of starts it from a full limit, whichever gateway
+// it goes through, whether the limit was spent or not: the holders give
+// back what they spent before it with what they did not, and a client
+// then gets exactly the limit again, through either gateway, one request
+// after another.
+func TestLeaseResetForgetsWhatWasSpent(t *testing.T) {
+	db := pgtest.New(t)
+	gws := gateways(t, db, 2)
+	r := fixed("big", 100, time.Hour)
+	c := chk(r, "k")
+	res := make([]limiter.Result, 1)
+	// send sends n requests, through the gateways in turn, and returns how
+	// many of them were allowed, which must be the first ones.
+	send := func(n int) int {
+		t.Helper()
+		allowed := 0
+		for i := range n {
+			ok, err := gws[i%2].Decide(context.Background(), []limiter.Check{c}, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && allowed < i {
+				t.Fatalf("request %d allowed after %d of %d were", i+1, allowed, i)
+			}
+			if ok {
+				allowed++
+			}
+		}
+		return allowed
+	}
+	held := func() int64 { return gws[0].LeaseStats().UnitsHeld + gws[1].LeaseStats().UnitsHeld }
+	reset := func(via int, what string) {
+		t.Helper()
+		if err := gws[via].Reset(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, what+": the count is 0 and no lease is left", func() bool {
+			got, err := gws[1-via].Peek(context.Background(), c)
+			return err == nil && got.Remaining == 100 && held() == 0
+		})
+	}
+	for round, via := range []int{1, 0, 1} { // through either gateway
+		if got := send(40); got != 40 {
+			t.Fatalf("round %d: %d of 40 allowed", round+1, got)
+		}
+		// Renewals go in the background (renewGather): wait for one.
+		eventually(t, fmt.Sprintf("round %d: a gateway holds units of the key", round+1), func() bool { return held() > 0 })
+		reset(via, fmt.Sprintf("round %d, a reset while leases hold units", round+1))
+		if got := send(110); got != 100 {
+			t.Fatalf("round %d, after the reset: %d of 110 allowed, want exactly the limit, 100", round+1, got)
+		}
+		reset(via, fmt.Sprintf("round %d, a reset of the spent limit", round+1))
 	}
 }

@@ -72,12 +72,17 @@ func (s *Store) poll(ctx context.Context, since int64) (int64, error) {
 		rule, key *string
 		atUS      int64
 		gen       *int64
+		reset     *bool
 		now       int64
 		newest    int64 = -1
 	)
-	_, err = pgx.ForEachRow(rows, []any{&rule, &key, &atUS, &gen}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&rule, &key, &atUS, &gen, &reset}, func() error {
 		if rule != nil && key != nil {
-			s.keyEvent(*rule, *key, time.UnixMicro(atUS))
+			if reset != nil && *reset {
+				s.resetEvent(*rule, *key, time.UnixMicro(atUS))
+			} else {
+				s.keyEvent(*rule, *key, time.UnixMicro(atUS))
+			}
 			return nil
 		}
 		now = atUS

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -186,17 +187,22 @@ func (s *Store) listenOnce(ctx context.Context) error {
 			return s.fault(err)
 		}
 		parts := strings.Split(n.Payload, "\x1f")
-		if len(parts) != 4 || parts[0] != tag {
+		if len(parts) < 4 || parts[0] != tag {
 			continue // another schema's
 		}
 		k := slotKey{parts[2], parts[3]}
-		switch parts[1] {
-		case "r":
-			if s.leases.invalidate(k.rule, k.key, farFuture) {
+		switch {
+		case parts[1] == "r" && len(parts) == 4:
+			if s.leases.invalidate(k.rule, k.key, farFuture, false) {
 				s.recall.flushNow()
 			}
-		case "g":
+		case parts[1] == "g" && len(parts) == 4:
 			s.recall.returned(k)
+		case parts[1] == "x" && len(parts) == 5:
+			// An admin reset, with its time (µs, database clock).
+			if atUS, err := strconv.ParseInt(parts[4], 10, 64); err == nil {
+				s.resetEvent(k.rule, k.key, time.UnixMicro(atUS))
+			}
 		}
 	}
 }

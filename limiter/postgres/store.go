@@ -368,27 +368,41 @@ func loadQuery(schema, name string) string {
 	return strings.ReplaceAll(string(b), migrations.Placeholder, pgx.Identifier{schema}.Sanitize())
 }
 
-// Reset forgets c's counter: its next request starts from a full limit,
-// less the units other gateways hold on leases of it until they give them
-// back (see reset_counter). Every instance hears of it (this one at once),
-// with the reset's time on the database clock: its over-limit cache
-// forgets the key and its leases of the key are given up.
+// Reset forgets c's counter: its next request starts from a full limit.
+// The units gateways hold on leases of it stay counted until they hear of
+// the reset (see reset_counter): this one at once, the others through the
+// notification reset_counter sends or, should they miss it (not yet
+// listening, or behind a pooler), their next poll. Each then gives its
+// lease up, and gives back with the units it did not spend those it spent
+// before the reset (leaseTable.invalidate), so that the count is what was
+// spent since. Every instance's over-limit cache forgets the key.
 func (s *Store) Reset(ctx context.Context, c limiter.Check) error {
 	var atUS int64
 	if err := s.pool.QueryRow(ctx, s.q.reset, s.nowParam(), c.Rule.Name, c.Key).Scan(&atUS); err != nil {
 		return fmt.Errorf("postgres store: reset rule %q: %w", c.Rule.Name, s.fault(err))
 	}
-	s.keyEvent(c.Rule.Name, c.Key, time.UnixMicro(atUS))
+	s.resetEvent(c.Rule.Name, c.Key, time.UnixMicro(atUS))
 	return nil
 }
 
 // keyEvent handles a key event at at (database clock): an admin reset, an
 // override change, or a gateway asking for the key's leased units. This
-// instance's leases of the key granted before it are given up and its
-// over-limit cache forgets the key.
+// instance's leases of the key granted before it are given up (what they
+// spent stays counted) and its over-limit cache forgets the key.
 func (s *Store) keyEvent(rule, key string, at time.Time) {
 	if s.leases != nil {
-		s.leases.invalidate(rule, key, at)
+		s.leases.invalidate(rule, key, at, false)
+	}
+	s.forget(rule, key, at)
+}
+
+// resetEvent handles an admin reset of (rule, key) at at (database
+// clock), heard from Reset or from reset_counter's notification: as
+// keyEvent, but the units this instance spent from its lease before the
+// reset are given back too, at once.
+func (s *Store) resetEvent(rule, key string, at time.Time) {
+	if s.leases != nil && s.leases.invalidate(rule, key, at, true) {
+		s.recall.flushNow()
 	}
 	s.forget(rule, key, at)
 }

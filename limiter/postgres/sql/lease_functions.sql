@@ -1,4 +1,4 @@
--- version: 2
+-- version: 3
 --
 -- The statements of leases that are not decisions (limiter/postgres/lease.go;
 -- the columns are explained in migration 0006): giving back units a gateway
@@ -114,11 +114,14 @@ COMMENT ON FUNCTION {{schema}}.return_leases(text[], text[], smallint[], bigint[
 -- so that every gateway drops the key from its over-limit cache and gives
 -- up its leases of it; it returns the event's time (µs, database clock). The
 -- units out on live leases (of the counter's current window or bucket) stay
--- counted, as the counter's whole count, until their holders return what
--- they did not spend (they hear of the reset in their next poll): the units
--- a holder spends meanwhile are then never uncounted. A counter with no
--- live lease is deleted. p_now_us overrides the clock for tests, as in
--- decide.
+-- counted, as the counter's whole count, until their holders give them up:
+-- a holder cannot tell the database which of its units it spent before the
+-- reset and which after, so the count holds them all until the holder hears
+-- of the reset, at once through sluice_leases ('x', with the reset's time)
+-- or in its next poll (the key event says reset, migration 0007), and
+-- returns what it did not spend with what it spent before the reset
+-- (version 3). A counter with no live lease is deleted. p_now_us overrides
+-- the clock for tests, as in decide.
 CREATE OR REPLACE FUNCTION {{schema}}.reset_counter(p_now_us bigint, p_rule text, p_key text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -147,8 +150,11 @@ BEGIN
             DELETE FROM {{schema}}.counters WHERE rule = p_rule AND key = p_key;
         END IF;
     END IF;
-    INSERT INTO {{schema}}.key_events (rule, key) VALUES (p_rule, p_key)
+    INSERT INTO {{schema}}.key_events (rule, key, reset) VALUES (p_rule, p_key, true)
     RETURNING (extract(epoch FROM at) * 1e6)::bigint INTO at_us;
+    IF live THEN
+        PERFORM pg_notify('sluice_leases', concat_ws(chr(31), '{{schema}}', 'x', p_rule, p_key, at_us::text));
+    END IF;
     RETURN at_us;
 END;
 $$;
