@@ -30,6 +30,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/identity"
 )
 
 // Config configures a Proxy. Upstream and Decider are required; every
@@ -175,6 +176,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// fragment: the upstream's reading is unknown (policy.CheckTarget).
 	if err := policy.CheckTarget(r.RequestURI); err != nil {
 		WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "malformed request path: " + err.Error()})
+		return
+	}
+	// A query string that does not parse would reach the upstream other
+	// than as sent (the reverse proxy drops its pairs that do not parse and
+	// re-encodes the rest), and readers split ';' and bad escapes each
+	// their own way: refused on every route, as the routes that read the
+	// query refuse it.
+	if !identity.QueryValid(r.URL.RawQuery) {
+		WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "the query string is malformed (a ';' separator or a bad % escape): what the upstream would read of it is unknown"})
 		return
 	}
 	if prob := p.dec.Begin(x, r.Method, r.URL.EscapedPath(), r.RemoteAddr, r.Header); prob != nil {

@@ -45,6 +45,13 @@ func formField(s, field, where string) (value string, present bool, err error) {
 	return value, present, nil
 }
 
+// QueryValid reports whether the query string s parses as url.ParseQuery
+// parses it: no ';' separator, no bad escape. One that does not is what
+// Go's reverse proxy rewrites before forwarding (it drops the pairs that
+// do not parse and re-encodes the rest), and what other readers split
+// otherwise.
+func QueryValid(s string) bool { return formValid(s) }
+
 // formValid reports whether s parses as a form (see formField).
 func formValid(s string) bool {
 	for s != "" {
