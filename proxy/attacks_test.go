@@ -413,6 +413,22 @@ func TestAttackMalformedBodies(t *testing.T) {
 	replay(t, slow, up, []attack{
 		{name: "read timeout", msg: head + "Content-Length: 100\r\n\r\nonly a few bytes", status: 400},
 	})
+
+	// Over the buffer on a route that does not read the body, the body is
+	// streamed: its start has reached the upstream when the client stalls
+	// or stops short. The client still there is told so (400, problem+json),
+	// not sent a status of nginx's logs (499) with no body.
+	cut := &upstream{Upstream: proctest.NewUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // the body is cut short: that is the point
+	})}
+	streamed := newGateway(t, cut, "login: POST /api/login by ip 1000/1h", gatewayOpts{readTimeout: 300 * time.Millisecond, maxBody: 64})
+	for _, half := range []bool{false, true} {
+		res, body := streamed.send(t, head+"Content-Length: 1000\r\n\r\n"+strings.Repeat("a", 200), half)
+		var p Problem
+		if res.StatusCode != 400 || res.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal([]byte(body), &p) != nil || p.Status != 400 {
+			t.Errorf("a streamed body cut short (half-closed %v): %d %q %s, want a 400 problem", half, res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
+	}
 }
 
 // TestBodiesByteForByte: buffered and streamed bodies, chunked or not,

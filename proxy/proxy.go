@@ -327,6 +327,14 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 // before sending a response.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
+		if r.ContentLength > p.cfg.MaxBodyBytes || r.ContentLength < 0 {
+			// A streamed body (bufferBody) whose read failed: the client
+			// stopped short of its length, or stalled past the read
+			// timeout, and the server ended the request's context. It may
+			// still be there to read the answer.
+			WriteProblem(w, Problem{Status: http.StatusBadRequest, Detail: "the request body was not received in full (it ended before its length, or stalled past the read timeout); its start had been forwarded"})
+			return
+		}
 		// The client went away; there is nobody to answer.
 		w.WriteHeader(499)
 		return
