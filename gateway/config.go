@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,8 +179,8 @@ func load(environ map[string]string) (*config, error) {
 		listeners = append(listeners, struct{ name, addr string }{"SLUICE_RLS_LISTEN", s.RLSListen})
 	}
 	for i, l := range listeners {
-		if _, _, err := net.SplitHostPort(l.addr); err != nil {
-			problems = append(problems, fmt.Sprintf("%s: expected host:port such as :8080, got %q", l.name, l.addr))
+		if !validListen(l.addr) {
+			problems = append(problems, fmt.Sprintf("%s: expected host:port such as :8080 (a port from 0 to 65535), got %q", l.name, l.addr))
 		}
 		for _, prev := range listeners[:i] {
 			// Port 0 asks the kernel for a port: two of them get two.
@@ -290,6 +291,20 @@ func load(environ map[string]string) (*config, error) {
 		return nil, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// validListen reports whether addr is host:port with a decimal port from
+// 0 to 65535. net.Listen would also take a service name (":http"), and
+// refuses a port out of range only when the listener opens, after the
+// store has started: such an address is a configuration problem, listed
+// with the others.
+func validListen(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n <= 65535
 }
 
 // anyPort reports whether addr asks for any free port (port 0), which the
