@@ -349,5 +349,11 @@ func (a *keysAPI) listOverrides(w http.ResponseWriter, r *http.Request) {
 			Window: window, WindowSec: int64(o.Window / time.Second),
 		})
 	}
+	if _, ok := a.policy().Lookup(rule); rule != "" && !ok && len(out) == 0 {
+		// A misspelt rule, as /v1/keys and PUT answer it; the overrides of
+		// a rule a reload removed are still listed by its name.
+		proxy.WriteProblem(w, proxy.Problem{Status: http.StatusNotFound, Detail: fmt.Sprintf("no rule named '%s', and no override of one", rule)})
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
 }
