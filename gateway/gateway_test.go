@@ -321,7 +321,8 @@ func TestAdminResetReachesEveryInstance(t *testing.T) {
 		t.Fatalf("reset through a: %v %v", res, err)
 	}
 	res.Body.Close()
-	// b learns of the reset by polling (every second); wait for it.
+	// b learns of the reset from its notification (or, failing that, its
+	// poll, twice a second); wait for it.
 	deadline := time.Now().Add(10 * time.Second)
 	for post(b) != 200 {
 		if time.Now().After(deadline) {

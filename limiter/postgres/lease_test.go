@@ -704,3 +704,34 @@ func TestLeaseResetForgetsWhatWasSpent(t *testing.T) {
 		reset(via, fmt.Sprintf("round %d, a reset of the spent limit", round+1))
 	}
 }
+
+// TestResetHeardAtOnce: every gateway hears of a reset through its
+// notification, not only at its next poll, so that its over-limit cache
+// forgets the key at once: here the poll is an hour away.
+func TestResetHeardAtOnce(t *testing.T) {
+	db := pgtest.New(t)
+	heard := make(chan string, 100)
+	b := open(t, db, pgtest.NewPool(t, db.URL, 2), nil, func(o *postgres.Options) {
+		o.PollInterval = time.Hour
+		o.Forget = func(rule, key string, _ time.Time) { heard <- rule + "/" + key }
+	})
+	runStore(t, b) // it listens once it is ready, within a few hundred ms
+	a := open(t, db, pgtest.NewPool(t, db.URL, 2), nil, unleased)
+	c := chk(fixed("r", 10, time.Hour), "k")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err := a.Reset(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-heard:
+			if got != "r/k" {
+				t.Fatalf("forgot %s, want r/k", got)
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a gateway whose poll is an hour away did not hear of a reset within 10 s")
+		}
+	}
+}

@@ -152,9 +152,9 @@ BEGIN
     END IF;
     INSERT INTO {{schema}}.key_events (rule, key, reset) VALUES (p_rule, p_key, true)
     RETURNING (extract(epoch FROM at) * 1e6)::bigint INTO at_us;
-    IF live THEN
-        PERFORM pg_notify('sluice_leases', concat_ws(chr(31), '{{schema}}', 'x', p_rule, p_key, at_us::text));
-    END IF;
+    -- Every gateway hears of it at once, leases or not: its over-limit
+    -- cache forgets the key now rather than at its next poll.
+    PERFORM pg_notify('sluice_leases', concat_ws(chr(31), '{{schema}}', 'x', p_rule, p_key, at_us::text));
     RETURN at_us;
 END;
 $$;
