@@ -88,3 +88,10 @@ func QuestionBudget(recent []time.Duration, floor time.Duration) time.Duration {
 
 // ProgressQuestions is the number of progress questions s has asked.
 func ProgressQuestions(s *Store) uint64 { return s.nQuestions.Load() }
+
+// GiveUpLease gives up this gateway's lease of (rule, key), as a recall
+// does, queueing the return of what it did not spend; it reports whether
+// there was one.
+func GiveUpLease(s *Store, rule, key string) bool {
+	return s.leases.invalidate(rule, key, farFuture, false)
+}

@@ -207,14 +207,19 @@ type lease struct {
 	mark    int64 // window start (fixed, reset) or bucket index (sliding), database µs
 	granted int64 // units granted under mark and not settled with the database
 	left    int64 // units granted and not yet spent
-	grant   int64 // the last grant, for renewAt
-	firstUS int64 // database time of the first grant under mark (µs)
-	lastUS  int64 // database time of the last grant under mark (µs)
-	prevUS  int64 // database time of the grant before it (µs), 0 if none
-	until   time.Time
-	offset  time.Duration // database clock minus local clock, as of the last grant
-	resetUS int64         // the Reset a decision answered from the lease reports
-	room    int64         // the database's room left after the last grant
+	// reserved are units taken from left by requests whose other checks
+	// the database is deciding: spent if it allows them, else given back.
+	// When the lease is given up meanwhile they are the requests' to
+	// settle (decideLeased), not the return's.
+	reserved int64
+	grant    int64 // the last grant, for renewAt
+	firstUS  int64 // database time of the first grant under mark (µs)
+	lastUS   int64 // database time of the last grant under mark (µs)
+	prevUS   int64 // database time of the grant before it (µs), 0 if none
+	until    time.Time
+	offset   time.Duration // database clock minus local clock, as of the last grant
+	resetUS  int64         // the Reset a decision answered from the lease reports
+	room     int64         // the database's room left after the last grant
 
 	gen      uint64    // changes whenever the units are given up or expire
 	returned uint64    // returns queued (settle): a claim to hold units made before one is stale
@@ -366,7 +371,7 @@ func peekMark(alg policy.Algorithm, p limiter.Params, res limiter.Result, nowUS 
 // empty forgets l's units. The caller holds l's shard.
 func (t *leaseTable) empty(l *lease) {
 	t.held.Add(-l.left)
-	l.granted, l.left, l.grant = 0, 0, 0
+	l.granted, l.left, l.grant, l.reserved = 0, 0, 0, 0
 	l.gen++
 }
 
@@ -430,7 +435,7 @@ func (t *leaseTable) invalidate(rule, key string, at time.Time, forgive bool) bo
 		// it spent, the ones granted before the reset are forgiven: units
 		// are spent in the order they were granted, so that is all it
 		// spent, up to what was granted before.
-		spent := l.granted - l.left
+		spent := l.granted - l.left - l.reserved
 		t.held.Add(min(before, spent))
 		l.left += min(before, spent)
 	}

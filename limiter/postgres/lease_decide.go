@@ -28,6 +28,10 @@ type leasePlan struct {
 	io     [maxLeasedChecks]leaseIO // what the remote checks ask for
 	asked  [maxLeasedChecks]bool    // this request marked the lease asking
 	gen    [maxLeasedChecks]uint64  // the generation of a local check's lease
+	// What a local check reserved: its units, and the window (or bucket)
+	// they were counted in, to give back should the lease be gone when
+	// the request is denied.
+	reserved [maxLeasedChecks]leaseReturn
 	// A remote check's lease as planned: the entry, and its count of
 	// returns (see settleRemote).
 	lease    [maxLeasedChecks]*lease
@@ -118,6 +122,11 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		l.left -= l.p.Cost
 		t.held.Add(-l.p.Cost)
 		p.gen[i] = l.gen
+		if !all {
+			l.reserved += l.p.Cost
+			p.reserved[i] = leaseReturn{rule: k.rule, key: k.key, alg: l.rule.Algorithm,
+				mark: l.mark, bucketUS: l.p.Bucket.Microseconds(), unused: l.p.Cost}
+		}
 		results[i] = l.result(now)
 		if all && l.left*renewAt < l.grant && !l.asking && !now.Before(l.dryUntil) && s.batch != nil {
 			l.asking = true
@@ -183,13 +192,25 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		k := slotKey{c.Rule.Name, c.Key}
 		l := t.shards[p.shards[i]].m[k]
 		if p.local[i] {
-			if l != nil && (err != nil || (!allowed && !c.Rule.CountAll)) {
+			same := l != nil && l.gen == p.gen[i] && l.rule == c.Rule
+			if same {
+				l.reserved -= p.reserved[i].unused
+			}
+			if err != nil || (!allowed && !c.Rule.CountAll) {
 				// Not consumed: back to the lease, if it is still the one
-				// the units came from (if it was given up or expired
-				// meanwhile, the unit went with it, counted and unspent).
-				if l.gen == p.gen[i] && l.rule == c.Rule {
+				// the units came from. If it was given up meanwhile (a
+				// recall, a reset, another definition of the rule), its
+				// return left these units out, as neither unspent nor
+				// forgiven: they go back to the database on their own, to
+				// the window they were counted in (one that has ended
+				// takes nothing back), so that a denied request consumes
+				// nothing of this rule.
+				if same {
 					l.left += l.p.Cost
 					t.held.Add(l.p.Cost)
+				} else {
+					t.queueReturn(p.reserved[i])
+					s.recall.flushNow()
 				}
 			}
 			if l != nil && err == nil {

@@ -18,21 +18,25 @@ func TestInvalidateForgives(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
 		granted, left, grant  int64
+		reserved              int64
 		firstUS, prevUS, last int64
 		forgive               bool
 		want                  int64 // the return's unused units
 	}{
-		{"one grant before, part spent", 10, 4, 10, 50, 0, 50, true, 10},
-		{"two grants before", 10, 0, 4, 20, 50, 60, true, 10},
-		{"the last grant after, its units unspent", 12, 9, 9, 50, 50, 150, true, 12},
-		{"the last grant after, some of it spent", 12, 5, 9, 50, 50, 150, true, 8}, // 3 before, all spent: 5 + 3
-		{"two grants after", 12, 5, 4, 50, 120, 150, true, 5},
-		{"a recall or an override", 10, 4, 10, 50, 0, 50, false, 4},
+		{"one grant before, part spent", 10, 4, 10, 0, 50, 0, 50, true, 10},
+		{"two grants before", 10, 0, 4, 0, 20, 50, 60, true, 10},
+		{"the last grant after, its units unspent", 12, 9, 9, 0, 50, 50, 150, true, 12},
+		{"the last grant after, some of it spent", 12, 5, 9, 0, 50, 50, 150, true, 8}, // 3 before, all spent: 5 + 3
+		{"two grants after", 12, 5, 4, 0, 50, 120, 150, true, 5},
+		// Units reserved by requests still being decided are theirs to
+		// settle (decideLeased), neither unspent nor forgiven here.
+		{"units reserved", 10, 3, 10, 2, 50, 0, 50, true, 8},
+		{"a recall or an override", 10, 4, 10, 0, 50, 0, 50, false, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tbl := newLeaseTable(10)
 			k := slotKey{"r", "k"}
-			l := &lease{rule: rule, granted: tc.granted, left: tc.left, grant: tc.grant,
+			l := &lease{rule: rule, granted: tc.granted, left: tc.left, grant: tc.grant, reserved: tc.reserved,
 				firstUS: tc.firstUS, prevUS: tc.prevUS, lastUS: tc.last}
 			tbl.shards[shardOf(k)].m[k] = l
 			tbl.held.Store(tc.left)

@@ -735,3 +735,59 @@ func TestResetHeardAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDeniedTierConsumesNothing: a request whose check of one rule is
+// answered from a lease while the database denies its check of another
+// consumes nothing of the first, even when the lease was given up (a
+// recall) while the database decided: the reserved units go back on
+// their own. They used to stay counted for the rest of the window, so a
+// burst of tiered requests could leave a key short of its limit.
+func TestDeniedTierConsumesNothing(t *testing.T) {
+	db := pgtest.New(t)
+	var holding atomic.Bool
+	g := newGate()
+	tr := &tracer{onDecide: func(ctx context.Context) {
+		if holding.Load() {
+			g.hold(ctx)
+		}
+	}}
+	s := open(t, db, tracedPool(t, db, 4, tr), nil)
+	a, b := chk(fixed("tier-a", 100, time.Hour), "k"), chk(fixed("tier-b", 1, time.Hour), "k")
+	for range 5 {
+		decide(t, s, a)
+	}
+	if s.LeaseStats().UnitsHeld == 0 {
+		t.Fatal("no lease of tier-a")
+	}
+	if ok, _ := decide(t, s, b); !ok {
+		t.Fatal("tier-b's one request denied")
+	}
+	before, err := s.Peek(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holding.Store(true)
+	ch := decideAsync(context.Background(), s, a, b) // a from the lease, b in the database
+	eventually(t, "tier-b's check is in the database", func() bool { return g.entered.Load() == 1 })
+	if !postgres.GiveUpLease(s, "tier-a", "k") {
+		t.Fatal("no lease to give up")
+	}
+	if err := postgres.SettleLeases(context.Background(), s, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	holding.Store(false)
+	g.let(1)
+	if got := receive(t, ch); got.err != nil || got.ok {
+		t.Fatalf("the tiered request: %+v, want denied by tier-b", got)
+	}
+	if err := postgres.SettleLeases(context.Background(), s, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Peek(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Remaining != before.Remaining {
+		t.Errorf("tier-a: %d left before the denied request, %d after; want it to consume nothing", before.Remaining, after.Remaining)
+	}
+}
