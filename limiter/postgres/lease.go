@@ -183,7 +183,13 @@ func leaseMin(p limiter.Params) int64 {
 // and calendar windows never are: a lease belongs to a window of Window
 // aligned to the epoch, and a calendar rule's day, week or month gains
 // nothing from units held for a few seconds. Rules with charge= are kept
-// out by decideLeased (their cost is known only after the response).
+// out by decideLeased (their cost is known only after the response), and
+// so are count=all rules: they count denied requests too, and a request
+// denied while other gateways hold units (a provisional denial, asked
+// again once they are back) counted a unit that the holders then gave
+// back as room, so a burst over three gateways let 85 to 99 of a limit of
+// 100 through (TestCountAllBurstAcrossGateways); decided in the database,
+// each request is counted once, in order.
 func mayLease(alg policy.Algorithm, p limiter.Params) bool {
 	c := max(1, p.Cost)
 	switch {

@@ -86,7 +86,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		l := sh.m[k]
 		if l == nil {
 			pp := ov.params(c.Rule, c.Key)
-			if !mayLease(c.Rule.Algorithm, pp) || c.Rule.Charge != nil || t.n.Load() >= t.max {
+			if !mayLease(c.Rule.Algorithm, pp) || c.Rule.Charge != nil || c.Rule.CountAll || t.n.Load() >= t.max {
 				all = false
 				continue
 			}

@@ -791,3 +791,39 @@ func TestDeniedTierConsumesNothing(t *testing.T) {
 		t.Errorf("tier-a: %d left before the denied request, %d after; want it to consume nothing", before.Remaining, after.Remaining)
 	}
 }
+
+// TestCountAllBurstAcrossGateways: a count=all rule lets exactly its limit
+// through a burst over three gateways, and counts every request. (It
+// never leases: with leases, a denial while other gateways held units
+// took a unit from the limit, 85 to 99 of 100 let through.)
+func TestCountAllBurstAcrossGateways(t *testing.T) {
+	db := pgtest.New(t)
+	gws := gateways(t, db, 3)
+	for _, r := range []*policy.Rule{fixed("ca-fixed", 100, time.Hour), resetRule("ca-reset", 100, time.Hour), sliding("ca-sliding", 100, time.Hour, time.Minute)} {
+		r.CountAll = true
+		for rep := range 3 {
+			c := chk(r, fmt.Sprint("k", rep))
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 600 {
+				wg.Go(func() {
+					res := make([]limiter.Result, 1)
+					ok, err := gws[i%3].Decide(context.Background(), []limiter.Check{c}, res)
+					if err != nil {
+						t.Error(err)
+					}
+					if ok {
+						allowed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if got := allowed.Load(); got != 100 {
+				t.Errorf("%s, burst %d: %d of 600 allowed, want exactly the limit, 100", r.Name, rep+1, got)
+			}
+			if res, err := gws[0].Peek(context.Background(), c); err != nil || res.Count != 600 {
+				t.Errorf("%s, burst %d: counted %d (%v), want every one of the 600 requests", r.Name, rep+1, res.Count, err)
+			}
+		}
+	}
+}
