@@ -84,6 +84,14 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		k := slotKey{c.Rule.Name, c.Key}
 		sh := &t.shards[p.shards[i]]
 		l := sh.m[k]
+		if l != nil && l.rule != c.Rule && (c.Rule.Charge != nil || c.Rule.CountAll) {
+			// A reload made the rule one that does not lease: the lease
+			// granted under its old definition is given up and forgotten.
+			t.settle(k, l)
+			delete(sh.m, k)
+			t.n.Add(-1)
+			l = nil
+		}
 		if l == nil {
 			pp := ov.params(c.Rule, c.Key)
 			if !mayLease(c.Rule.Algorithm, pp) || c.Rule.Charge != nil || c.Rule.CountAll || t.n.Load() >= t.max {

@@ -827,3 +827,31 @@ func TestCountAllBurstAcrossGateways(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadToCountAllEndsTheLease: a reload that gives a leased rule
+// count=all (or charge=), which do not lease, gives the lease granted
+// under the old definition up at the rule's next request, which the
+// database decides.
+func TestReloadToCountAllEndsTheLease(t *testing.T) {
+	db := pgtest.New(t)
+	s := open(t, db, pgtest.NewPool(t, db.URL, 2), nil)
+	old := fixed("rl", 1000, time.Hour)
+	for range 5 {
+		decide(t, s, chk(old, "k"))
+	}
+	if s.LeaseStats().UnitsHeld == 0 {
+		t.Fatal("no lease")
+	}
+	reloaded := fixed("rl", 1000, time.Hour)
+	reloaded.CountAll = true
+	decide(t, s, chk(reloaded, "k"))
+	if st := s.LeaseStats(); st.UnitsHeld != 0 || st.Counters != 0 {
+		t.Fatalf("after the reload to count=all: %+v, want no lease and no entry", st)
+	}
+	if err := postgres.SettleLeases(context.Background(), s, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := used(t, s, reloaded, "k"); n != 6 {
+		t.Errorf("counted %d, want the 6 requests: the lease's unspent units given back", n)
+	}
+}
