@@ -178,18 +178,25 @@ func leaseMin(p limiter.Params) int64 {
 	return min(leaseMinRequests*c, leaseCap(p)-c)
 }
 
+// leasable reports whether rule's requests may ever be answered from a
+// lease, whatever its parameters. Not a rule with charge= (its cost is
+// known only after the response), nor one with count=all: it counts
+// denied requests too, and a request denied while other gateways held
+// units (a provisional denial, asked again once they are back) counted a
+// unit that the holders then gave back as room, so a burst over three
+// gateways let 85 to 99 of a limit of 100 through
+// (TestCountAllBurstAcrossGateways); decided in the database, each request
+// is counted once, in order.
+func leasable(rule *policy.Rule) bool {
+	return rule.Charge == nil && !rule.CountAll
+}
+
 // mayLease reports whether a counter of algorithm alg with parameters p
 // can ever be leased: whether leaseWant can be more than 0. Token buckets
 // and calendar windows never are: a lease belongs to a window of Window
 // aligned to the epoch, and a calendar rule's day, week or month gains
-// nothing from units held for a few seconds. Rules with charge= are kept
-// out by decideLeased (their cost is known only after the response), and
-// so are count=all rules: they count denied requests too, and a request
-// denied while other gateways hold units (a provisional denial, asked
-// again once they are back) counted a unit that the holders then gave
-// back as room, so a burst over three gateways let 85 to 99 of a limit of
-// 100 through (TestCountAllBurstAcrossGateways); decided in the database,
-// each request is counted once, in order.
+// nothing from units held for a few seconds. Rules with charge= or
+// count=all are kept out whatever their parameters (leasable).
 func mayLease(alg policy.Algorithm, p limiter.Params) bool {
 	c := max(1, p.Cost)
 	switch {

@@ -84,7 +84,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		k := slotKey{c.Rule.Name, c.Key}
 		sh := &t.shards[p.shards[i]]
 		l := sh.m[k]
-		if l != nil && l.rule != c.Rule && (c.Rule.Charge != nil || c.Rule.CountAll) {
+		if l != nil && l.rule != c.Rule && !leasable(c.Rule) {
 			// A reload made the rule one that does not lease: the lease
 			// granted under its old definition is given up and forgotten.
 			t.settle(k, l)
@@ -94,7 +94,7 @@ func (s *Store) decideLeased(ctx context.Context, checks []limiter.Check, result
 		}
 		if l == nil {
 			pp := ov.params(c.Rule, c.Key)
-			if !mayLease(c.Rule.Algorithm, pp) || c.Rule.Charge != nil || c.Rule.CountAll || t.n.Load() >= t.max {
+			if !leasable(c.Rule) || !mayLease(c.Rule.Algorithm, pp) || t.n.Load() >= t.max {
 				all = false
 				continue
 			}
