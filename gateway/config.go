@@ -300,11 +300,11 @@ func load(environ map[string]string) (*config, error) {
 // with the others.
 func validListen(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" {
+	if err != nil {
 		return false
 	}
-	n, err := strconv.Atoi(port)
-	return err == nil && n <= 65535
+	_, err = strconv.ParseUint(port, 10, 16) // digits only, at most 65535
+	return err == nil
 }
 
 // anyPort reports whether addr asks for any free port (port 0), which the
