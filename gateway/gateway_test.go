@@ -343,10 +343,10 @@ func TestAdminResetReachesEveryInstance(t *testing.T) {
 // exactly 20 again through either instance.
 func TestAdminResetOfLeasedKey(t *testing.T) {
 	a, b := twoInstances(t, "big: GET /big by ip 20/1h")
-	send := func(gws ...*running) []int {
+	send := func(n int, gws ...*running) []int {
 		t.Helper()
 		var got []int
-		for i := range 22 {
+		for i := range n {
 			res, err := http.Get(gws[i%len(gws)].url + "/big")
 			if err != nil {
 				t.Fatal(err)
@@ -356,9 +356,12 @@ func TestAdminResetOfLeasedKey(t *testing.T) {
 		}
 		return got
 	}
-	want := slices.Concat(slices.Repeat([]int{200}, 20), []int{429, 429})
-	if got := send(b); !slices.Equal(got, want) {
-		t.Fatalf("before the reset, through b: %v, want 20 allowed and then 429", got)
+	// The whole limit through b, which leases it, but no 429: a denial
+	// recalls b's units, and a reset that reaches the database while b's
+	// return of them is on its way leaves what they spent counted (see
+	// docs/store.md, Resets); that narrower race is not this test's.
+	if got := send(20, b); !slices.Equal(got, slices.Repeat([]int{200}, 20)) {
+		t.Fatalf("before the reset, through b: %v, want 20 allowed", got)
 	}
 	call := func(method string) (int, string) {
 		t.Helper()
@@ -386,7 +389,8 @@ func TestAdminResetOfLeasedKey(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := send(a, b); !slices.Equal(got, want) {
+	want := slices.Concat(slices.Repeat([]int{200}, 20), []int{429, 429})
+	if got := send(22, a, b); !slices.Equal(got, want) {
 		t.Fatalf("after the reset, through a and b in turn: %v, want 20 allowed and then 429", got)
 	}
 }

@@ -227,12 +227,14 @@ type lease struct {
 	reserved int64
 	grant    int64 // the last grant, for renewAt
 	firstUS  int64 // database time of the first grant under mark (µs)
-	lastUS   int64 // database time of the last grant under mark (µs)
-	prevUS   int64 // database time of the grant before it (µs), 0 if none
-	until    time.Time
-	offset   time.Duration // database clock minus local clock, as of the last grant
-	resetUS  int64         // the Reset a decision answered from the lease reports
-	room     int64         // the database's room left after the last grant
+	// grants are the last grantsKept grants under mark, oldest first: when
+	// (database µs) and the units granted under mark up to and with it.
+	grants  [grantsKept]datedGrant
+	ngrant  int // grants under mark, of which the last grantsKept are kept
+	until   time.Time
+	offset  time.Duration // database clock minus local clock, as of the last grant
+	resetUS int64         // the Reset a decision answered from the lease reports
+	room    int64         // the database's room left after the last grant
 
 	gen      uint64    // changes whenever the units are given up or expire
 	returned uint64    // returns queued (settle): a claim to hold units made before one is stale
@@ -281,6 +283,10 @@ type leaseReturn struct {
 	alg             policy.Algorithm
 	mark, bucketUS  int64
 	unused, settled int64
+	// The lease's dated grants, for a reset heard while the return waits
+	// to be sent (leaseTable.forgiveQueued).
+	grants [grantsKept]datedGrant
+	ngrant int
 }
 
 const leaseShards = 64
@@ -333,6 +339,7 @@ func (t *leaseTable) settle(k slotKey, l *lease) {
 			rule: k.rule, key: k.key, alg: l.rule.Algorithm,
 			mark: l.mark, bucketUS: l.p.Bucket.Microseconds(),
 			unused: l.left, settled: l.granted,
+			grants: l.grants, ngrant: l.ngrant,
 		})
 		l.returned++
 	}
@@ -412,8 +419,8 @@ func (t *leaseTable) takeReturns() []leaseReturn {
 // unit out on a lease counted (reset_counter), the spent ones included,
 // and what was spent before a reset is what the reset forgets. Units of a
 // grant after at are not forgiven (spent after the reset, they count);
-// only the last two grants are dated, so when both came after the reset
-// nothing spent is forgiven. What this gateway spent of the units
+// the last grantsKept grants are dated, and when all of them came after
+// the reset nothing spent is forgiven. What this gateway spent of the units
 // granted before the reset between the reset and hearing of it (the
 // milliseconds a notification takes, a poll's interval without it) is
 // forgiven with the rest: at most what it held at the reset.
@@ -436,14 +443,7 @@ func (t *leaseTable) invalidate(rule, key string, at time.Time, forgive bool) bo
 		return false
 	}
 	if forgive {
-		before := l.granted // granted at or before the reset
-		switch {
-		case l.lastUS <= atUS: // every grant was
-		case l.prevUS <= atUS: // all but the last
-			before -= l.grant
-		default: // which units of several grants after it were: unknown
-			before = 0
-		}
+		before := l.grantedBy(atUS)
 		// The units it did not spend are given back in any case. Of those
 		// it spent, the ones granted before the reset are forgiven: units
 		// are spent in the order they were granted, so that is all it
@@ -454,6 +454,65 @@ func (t *leaseTable) invalidate(rule, key string, at time.Time, forgive bool) bo
 	}
 	t.settle(k, l)
 	return true
+}
+
+// grantsKept is how many of a lease's grants are dated: enough for the
+// renewals between a reset and a gateway hearing of it (milliseconds, or
+// a poll's half second).
+const grantsKept = 4
+
+// datedGrant is one grant of a lease: when (database µs), and the units
+// granted under the lease's mark up to and with it.
+type datedGrant struct{ us, upTo int64 }
+
+// addGrant dates a grant of units at nowUS (database µs), the first under
+// a new mark when the lease holds nothing. The caller has added units to
+// granted.
+func (l *lease) addGrant(nowUS int64, first bool) {
+	if first {
+		l.ngrant = 0
+	}
+	if l.ngrant >= grantsKept {
+		copy(l.grants[:], l.grants[1:])
+	}
+	l.grants[min(l.ngrant, grantsKept-1)] = datedGrant{nowUS, l.granted}
+	l.ngrant++
+}
+
+// grantedBy returns the units l was granted at or before atUS (database
+// µs) under its mark: 0 when every grant it still dates came later and
+// older ones were not kept, so that a reset never forgives a unit it
+// cannot date before it.
+func (l *lease) grantedBy(atUS int64) int64 { return grantedBy(l.grants, l.ngrant, atUS) }
+
+func grantedBy(grants [grantsKept]datedGrant, ngrant int, atUS int64) int64 {
+	var by int64
+	for _, g := range grants[:min(ngrant, grantsKept)] {
+		if g.us <= atUS {
+			by = g.upTo
+		}
+	}
+	return by
+}
+
+// forgiveQueued applies a reset of (rule, key) at atUS (database µs) to
+// the returns of its leases queued and not yet sent: given up before
+// this gateway heard of the reset (a recall's, say), they will reach the
+// database after it, where the reset counted all their units; what they
+// spent of the units granted before the reset goes back with what they
+// did not, as invalidate gives it back for a lease still held. (A return
+// already sent when the reset came is not reached: its spent units stay
+// counted.) Call it before invalidate, whose own return is forgiving.
+func (t *leaseTable) forgiveQueued(rule, key string, atUS int64) {
+	t.retMu.Lock()
+	defer t.retMu.Unlock()
+	for i := range t.returns {
+		r := &t.returns[i]
+		if r.rule != rule || r.key != key || r.settled <= r.unused {
+			continue
+		}
+		r.unused += min(grantedBy(r.grants, r.ngrant, atUS), r.settled-r.unused)
+	}
 }
 
 // dropAll gives up every lease. With giveBack, what they hold is queued

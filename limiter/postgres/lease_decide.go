@@ -452,12 +452,13 @@ func (t *leaseTable) merge(k slotKey, l *lease, c limiter.Check, res *limiter.Re
 			t.settle(k, l)
 		}
 	}
-	if l.granted == 0 {
-		l.firstUS, l.lastUS = nowUS, 0
+	first := l.granted == 0
+	if first {
+		l.firstUS = nowUS
 	}
-	l.prevUS, l.lastUS = l.lastUS, nowUS
 	l.mark = mark
 	l.granted += got
+	l.addGrant(nowUS, first)
 	l.left += got
 	l.grant = got
 	t.held.Add(got)

@@ -401,8 +401,11 @@ func (s *Store) keyEvent(rule, key string, at time.Time) {
 // keyEvent, but the units this instance spent from its lease before the
 // reset are given back too, at once.
 func (s *Store) resetEvent(rule, key string, at time.Time) {
-	if s.leases != nil && s.leases.invalidate(rule, key, at, true) {
-		s.recall.flushNow()
+	if s.leases != nil {
+		s.leases.forgiveQueued(rule, key, at.UnixMicro())
+		if s.leases.invalidate(rule, key, at, true) {
+			s.recall.flushNow()
+		}
 	}
 	s.forget(rule, key, at)
 }
