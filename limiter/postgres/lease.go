@@ -284,9 +284,12 @@ type leaseReturn struct {
 	mark, bucketUS  int64
 	unused, settled int64
 	// The lease's dated grants, for a reset heard while the return waits
-	// to be sent (leaseTable.forgiveQueued).
-	grants [grantsKept]datedGrant
-	ngrant int
+	// to be sent (leaseTable.forgiveQueued), and whether a reset forgave
+	// it already (a reset is heard more than once: its notification, its
+	// poll).
+	grants   [grantsKept]datedGrant
+	ngrant   int
+	forgiven bool
 }
 
 const leaseShards = 64
@@ -333,13 +336,17 @@ func shardOf(k slotKey) int {
 
 // settle queues the return of what l holds under its mark and empties it.
 // The caller holds l's shard.
-func (t *leaseTable) settle(k slotKey, l *lease) {
+func (t *leaseTable) settle(k slotKey, l *lease) { t.settleAs(k, l, false) }
+
+// settleAs is settle, of a return that a reset forgave already (forgiven)
+// or not.
+func (t *leaseTable) settleAs(k slotKey, l *lease, forgiven bool) {
 	if l.granted > 0 {
 		t.queueReturn(leaseReturn{
 			rule: k.rule, key: k.key, alg: l.rule.Algorithm,
 			mark: l.mark, bucketUS: l.p.Bucket.Microseconds(),
 			unused: l.left, settled: l.granted,
-			grants: l.grants, ngrant: l.ngrant,
+			grants: l.grants, ngrant: l.ngrant, forgiven: forgiven,
 		})
 		l.returned++
 	}
@@ -452,7 +459,7 @@ func (t *leaseTable) invalidate(rule, key string, at time.Time, forgive bool) bo
 		t.held.Add(min(before, spent))
 		l.left += min(before, spent)
 	}
-	t.settle(k, l)
+	t.settleAs(k, l, forgive)
 	return true
 }
 
@@ -508,10 +515,11 @@ func (t *leaseTable) forgiveQueued(rule, key string, atUS int64) {
 	defer t.retMu.Unlock()
 	for i := range t.returns {
 		r := &t.returns[i]
-		if r.rule != rule || r.key != key || r.settled <= r.unused {
+		if r.rule != rule || r.key != key || r.forgiven || r.settled <= r.unused {
 			continue
 		}
 		r.unused += min(grantedBy(r.grants, r.ngrant, atUS), r.settled-r.unused)
+		r.forgiven = true
 	}
 }
 

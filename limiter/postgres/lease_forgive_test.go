@@ -78,6 +78,7 @@ func TestForgiveQueued(t *testing.T) {
 	reserved := leaseReturn{rule: "r", key: "k", unused: 1}
 	tbl.returns = []leaseReturn{spent, other, reserved}
 	tbl.forgiveQueued("r", "k", 100)
+	tbl.forgiveQueued("r", "k", 100) // heard again, by the poll: forgiven once
 	got := tbl.takeReturns()
 	if got[0].unused != 1 || got[1].unused != 0 || got[2].unused != 1 || got[2].settled != 0 {
 		t.Errorf("unused after the reset: %d, %d, %d; want 1 (granted before the reset), 0 (another key), 1 (a reservation)",

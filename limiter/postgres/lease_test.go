@@ -686,9 +686,12 @@ func TestLeaseResetForgetsWhatWasSpent(t *testing.T) {
 		if err := gws[via].Reset(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, what+": the count is 0 and no lease is left", func() bool {
+		// What was spent before the reset counts no more: the count is at
+		// most the units gateways hold unspent, granted after the reset (a
+		// renewal on its way when it came leases again at once).
+		eventually(t, what+": the count is only units held unspent", func() bool {
 			got, err := gws[1-via].Peek(context.Background(), c)
-			return err == nil && got.Remaining == 100 && held() == 0
+			return err == nil && 100-got.Remaining <= held()
 		})
 	}
 	for round, via := range []int{1, 0, 1} { // through either gateway
